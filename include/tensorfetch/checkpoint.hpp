@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// The public object: a checkpoint (one safetensors file or a sharded set with its index),
+/// its tensors, selection by name or glob, zero-copy views and writing a subset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorfetch/error.hpp"
+#include "tensorfetch/format.hpp"
+#include "tensorfetch/index.hpp"
+#include "tensorfetch/slice.hpp"
+
+namespace tensorfetch {
+
+/// One safetensors file of a checkpoint. A plain value owned by its `Checkpoint`.
+struct CheckpointFile {
+  std::string path;                 ///< as located (local path), relative names for shards
+  std::uint64_t size = 0;           ///< file size in bytes
+  std::optional<std::string> etag;  ///< the server's ETag (remote files only)
+};
+
+/// A tensor of a checkpoint: its header entry and the file that holds it.
+struct TensorRef {
+  const TensorInfo* info = nullptr;  ///< entry in the file's header (owned by the Checkpoint)
+  std::size_t file = 0;              ///< position in `Checkpoint::files()`
+};
+
+/// Bytes of one tensor (or slice). The views point into memory owned by the `Checkpoint`
+/// (a read-only mmap) and are valid until it is destroyed or moved from.
+struct TensorView {
+  std::string_view name;                 ///< the tensor's name
+  DType dtype = DType::U8;               ///< element type
+  std::span<const std::uint64_t> shape;  ///< dimensions
+  std::span<const std::byte> bytes;      ///< row-major data
+};
+
+/// What to select: a name or glob (fnmatch syntax, `*` also matches `.`), and optionally a
+/// slice applied to every tensor it matches.
+struct Selector {
+  std::string pattern;             ///< exact name, or a glob when it contains `*?[`
+  std::optional<SliceSpec> slice;  ///< slice of the leading dimensions, if any
+};
+
+/// A selected tensor, possibly sliced: its source and the plan of its bytes.
+struct Selection {
+  TensorRef ref;                          ///< the source tensor
+  std::optional<SliceSpec> slice;         ///< as given
+  SlicePlan plan;                         ///< shape and byte ranges within the tensor
+};
+
+/// Options for `Checkpoint::write`.
+struct WriteOptions {
+  /// Write one file per source shard and an index into the output *directory*, instead of
+  /// one file.
+  bool sharded_output = false;
+};
+
+/// A checkpoint opened from a local file or directory.
+///
+/// Locations: a `.safetensors` file; a `*.safetensors.index.json` file; a directory holding
+/// `model.safetensors`, else `model.safetensors.index.json`, else the diffusers layouts
+/// (`transformer/`, `unet/`, `diffusion_pytorch_model*`). Every file's header is validated
+/// on open, and for a sharded checkpoint the index must agree with the shards exactly.
+///
+/// Thread-safety: after `open` returns, all const members may be called concurrently.
+/// Move-only; views handed out stay valid until the object is destroyed.
+class Checkpoint {
+ public:
+  /// Opens and validates a local checkpoint. Files are mapped read-only.
+  [[nodiscard]] static Result<Checkpoint> open(std::string_view location);
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  /// The location as given to `open`.
+  [[nodiscard]] const std::string& location() const noexcept;
+  /// True when opened through an index.
+  [[nodiscard]] bool sharded() const noexcept;
+  /// The index, when sharded.
+  [[nodiscard]] const std::optional<ShardIndex>& index() const noexcept;
+  /// The safetensors files, in index order (one for a single file).
+  [[nodiscard]] const std::vector<CheckpointFile>& files() const noexcept;
+  /// Header of file `i`.
+  [[nodiscard]] const Header& header(std::size_t file) const;
+  /// Every tensor, in natural name order (`layers.2` before `layers.10`).
+  [[nodiscard]] const std::vector<TensorRef>& tensors() const noexcept;
+  /// The tensor with exactly this name, or nullptr.
+  [[nodiscard]] const TensorRef* find(std::string_view name) const;
+
+  /// Resolves selectors to tensors, in natural name order without duplicates (a tensor
+  /// matched by two selectors with different slices is an error). A selector matching
+  /// nothing is `NotFound`; an invalid slice is reported with the tensor's name.
+  [[nodiscard]] Result<std::vector<Selection>> select(std::span<const Selector> selectors) const;
+
+  /// A zero-copy view of a whole tensor.
+  [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
+
+  /// Writes the selection as a new valid safetensors file at `out` (or, with
+  /// `sharded_output`, a directory of shards named as the source plus an index). Output
+  /// goes to a temporary name, is flushed to disk and renamed into place, so a failed write
+  /// never leaves a file that looks complete. `__metadata__` of the source is kept.
+  [[nodiscard]] Result<void> write(std::span<const Selection> selection, const std::string& out,
+                                   const WriteOptions& options = {}) const;
+
+  /// Opaque state; defined inside the library only.
+  struct Impl;
+
+ private:
+  explicit Checkpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Natural ordering of names: runs of digits compare as numbers.
+[[nodiscard]] bool natural_less(std::string_view a, std::string_view b) noexcept;
+
+}  // namespace tensorfetch

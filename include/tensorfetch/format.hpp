@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// The safetensors header: parsing and strict validation. Pure functions over bytes the
+/// caller already holds; nothing here does I/O, so it is safe to call on untrusted input
+/// from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tensorfetch/byte_range.hpp"
+#include "tensorfetch/dtype.hpp"
+#include "tensorfetch/error.hpp"
+
+namespace tensorfetch {
+
+/// Largest accepted header length N, in bytes; larger values are refused before any
+/// allocation.
+inline constexpr std::uint64_t kMaxHeaderSize = 100'000'000;
+
+/// Size of the little-endian length prefix that starts every safetensors file.
+inline constexpr std::uint64_t kPrefixSize = 8;
+
+/// String-to-string metadata (`__metadata__`), sorted by key.
+using Metadata = std::map<std::string, std::string>;
+
+/// One tensor entry of a header. A plain value.
+struct TensorInfo {
+  std::string name;                  ///< the JSON key
+  DType dtype = DType::U8;           ///< element type
+  std::vector<std::uint64_t> shape;  ///< dimensions; empty for a scalar
+  std::uint64_t begin = 0;           ///< data_offsets[0], relative to the data section
+  std::uint64_t end = 0;             ///< data_offsets[1], relative to the data section
+
+  /// Number of elements (product of the shape; 1 for a scalar). Validated headers
+  /// guarantee it does not overflow.
+  [[nodiscard]] std::uint64_t num_elements() const noexcept;
+  /// Number of bytes, `end - begin`.
+  [[nodiscard]] std::uint64_t nbytes() const noexcept { return end - begin; }
+};
+
+/// A parsed and validated header. Owns all its data; move-only because it keeps a
+/// name index into its own tensors.
+class Header {
+ public:
+  /// An empty header (no tensors, no metadata).
+  Header() = default;
+  Header(Header&&) noexcept = default;
+  Header& operator=(Header&&) noexcept = default;
+  Header(const Header&) = delete;
+  Header& operator=(const Header&) = delete;
+
+  /// Header length N as stored in the 8-byte prefix (JSON plus padding).
+  std::uint64_t header_size = 0;
+  /// Size of the data section: file size - 8 - N. Equals the last tensor's end.
+  std::uint64_t data_size = 0;
+  /// `__metadata__`, or nothing when absent or `null`.
+  std::optional<Metadata> metadata;
+
+  /// All tensors, sorted by `begin` (the order they are stored in).
+  [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+  /// The tensor with this exact name, or nullptr.
+  [[nodiscard]] const TensorInfo* find(std::string_view name) const;
+  /// Offset of the data section from the start of the file: 8 + N.
+  [[nodiscard]] std::uint64_t data_offset() const noexcept { return kPrefixSize + header_size; }
+  /// The tensor's bytes as a range of the whole file.
+  [[nodiscard]] ByteRange file_range(const TensorInfo& t) const noexcept {
+    return ByteRange{data_offset() + t.begin, t.nbytes()};
+  }
+
+  /// Takes ownership of validated tensors (sorted by begin) and indexes them by name;
+  /// refuses duplicate names (`DuplicateKey`, leaving the header empty). Used by the
+  /// parser; exposed so that tests and tools can build headers directly.
+  [[nodiscard]] Result<void> set_tensors(std::vector<TensorInfo> tensors);
+
+ private:
+  std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string_view, std::size_t> by_name_;
+};
+
+/// Reads N from the first 8 bytes of a file (little-endian) and checks it against the cap
+/// and the file size: refuses N > kMaxHeaderSize and 8 + N > file_size.
+[[nodiscard]] Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
+                                                      std::uint64_t file_size);
+
+/// Parses and validates the N header bytes (the JSON and its padding, *without* the 8-byte
+/// prefix) of a file of `file_size` bytes. Applies every format rule of DESIGN.md: starts
+/// with `{`, valid UTF-8 JSON, no duplicate keys, exact dtypes, integer shapes and offsets,
+/// sizes that match with overflow checks, contiguous data from 0 to exactly the end of the
+/// file. Errors name the rule, the tensor and its offsets.
+[[nodiscard]] Result<Header> parse_header(std::span<const std::byte> header_bytes,
+                                          std::uint64_t file_size);
+
+/// Convenience: parses a file whose first `bytes.size()` bytes are given (at least 8 + N)
+/// and whose total size is `file_size`.
+[[nodiscard]] Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
+                                               std::uint64_t file_size);
+
+}  // namespace tensorfetch

@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// Library version.
+#pragma once
+
+namespace tensorfetch {
+
+/// The library's version string, e.g. "0.1.0".
+[[nodiscard]] const char* version() noexcept;
+
+}  // namespace tensorfetch

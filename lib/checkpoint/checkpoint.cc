@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+// Opening a local checkpoint: locate, map, validate every header and the index.
+#include <fnmatch.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+
+#include "checkpoint/checkpoint_internal.h"
+#include "format/json_internal.h"
+#include "hub/location.h"
+
+namespace tensorfetch {
+
+using detail::quote_name;
+
+namespace {
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::pair<std::string, std::string> split_dir(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return {"", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+bool has_glob(std::string_view pattern) {
+  return pattern.find_first_of("*?[") != std::string_view::npos;
+}
+
+}  // namespace
+
+bool natural_less(std::string_view a, std::string_view b) noexcept {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      std::size_t si = i, sj = j;
+      while (si < a.size() && a[si] == '0') ++si;
+      while (sj < b.size() && b[sj] == '0') ++sj;
+      std::size_t ei = si, ej = sj;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      if (ei - si != ej - sj) return ei - si < ej - sj;
+      auto na = a.substr(si, ei - si), nb = b.substr(sj, ej - sj);
+      if (na != nb) return na < nb;
+      if (ei - i != ej - j) return ei - i < ej - j;  // fewer leading zeros first
+      i = ei;
+      j = ej;
+      continue;
+    }
+    if (a[i] != b[j]) return static_cast<unsigned char>(a[i]) < static_cast<unsigned char>(b[j]);
+    ++i;
+    ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+Checkpoint::Checkpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
+Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
+Checkpoint::~Checkpoint() = default;
+
+const std::string& Checkpoint::location() const noexcept { return impl_->location; }
+bool Checkpoint::sharded() const noexcept { return impl_->index.has_value(); }
+const std::optional<ShardIndex>& Checkpoint::index() const noexcept { return impl_->index; }
+const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->files; }
+const Header& Checkpoint::header(std::size_t file) const { return impl_->headers.at(file); }
+const std::vector<TensorRef>& Checkpoint::tensors() const noexcept { return impl_->tensors; }
+
+const TensorRef* Checkpoint::find(std::string_view name) const {
+  auto it = impl_->by_name.find(name);
+  return it == impl_->by_name.end() ? nullptr : &impl_->tensors[it->second];
+}
+
+namespace {
+
+// Maps and validates one safetensors file of `impl`.
+Result<void> load_file(Checkpoint::Impl& impl, std::size_t i) {
+  const std::string path = impl.local_path(i);
+  auto map = detail::MappedFile::open(path);
+  if (!map) return fail(map.error());
+  auto header = parse_file_prefix(map->bytes(), map->size());
+  if (!header) return fail(header.error().with_context(path));
+  impl.files[i].size = map->size();
+  impl.maps[i] = std::move(*map);
+  impl.headers[i] = std::move(*header);
+  return {};
+}
+
+// Checks that the index and the shard headers name exactly the same tensors.
+Result<void> check_index_matches(const Checkpoint::Impl& impl) {
+  const ShardIndex& index = *impl.index;
+  const std::string where = impl.index_name;
+  for (const auto& [name, shard] : index.weight_map) {
+    if (!impl.headers[shard].find(name)) {
+      return fail(ErrorCode::IndexMismatch,
+                  where + ": weight_map places tensor " + quote_name(name) + " in " +
+                      quote_name(index.shards[shard]) + ", whose header does not hold it");
+    }
+  }
+  // Every tensor of every shard must be listed, for that shard (a name in two shards is
+  // caught here too, since the index maps it to only one of them).
+  for (std::size_t s = 0; s < impl.headers.size(); ++s) {
+    for (const auto& t : impl.headers[s].tensors()) {
+      auto it = std::lower_bound(index.weight_map.begin(), index.weight_map.end(), t.name,
+                                 [](const auto& entry, const std::string& n) { return entry.first < n; });
+      if (it == index.weight_map.end() || it->first != t.name) {
+        return fail(ErrorCode::IndexMismatch, where + ": shard " + quote_name(index.shards[s]) +
+                                                  " holds tensor " + quote_name(t.name) +
+                                                  ", which the weight_map does not list");
+      }
+      if (it->second != s) {
+        return fail(ErrorCode::IndexMismatch,
+                    where + ": tensor " + quote_name(t.name) + " is stored in shard " +
+                        quote_name(index.shards[s]) + " but the weight_map places it in " +
+                        quote_name(index.shards[it->second]));
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Checkpoint> Checkpoint::open(std::string_view location_view) {
+  std::string location(location_view);
+  if (detail::classify_location(location) != detail::LocationKind::Local) {
+    return fail(ErrorCode::InvalidArgument,
+                location + ": remote locations (http://, https://, hf://) are not supported by "
+                           "this build; give a local file or directory");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->location = location;
+
+  std::string path = location;
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (is_directory(path)) {
+    std::string found;
+    for (auto candidate : detail::checkpoint_candidates()) {
+      std::string p = path + "/" + std::string(candidate);
+      if (is_regular_file(p)) {
+        found = p;
+        break;
+      }
+    }
+    if (found.empty()) {
+      return fail(ErrorCode::NotFound,
+                  path + ": directory holds no model.safetensors, "
+                         "model.safetensors.index.json or diffusers checkpoint");
+    }
+    path = found;
+  } else if (!is_regular_file(path)) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return fail(ErrorCode::NotFound, path + ": no such file or directory");
+    }
+    return fail(ErrorCode::Io, path + ": not a regular file or directory");
+  }
+
+  auto [dir, name] = split_dir(path);
+  impl->root = dir;
+  if (detail::is_index_path(name)) {
+    impl->index_name = name;
+    auto map = detail::MappedFile::open(path);
+    if (!map) return fail(map.error());
+    auto index = parse_index(map->bytes());
+    if (!index) return fail(index.error().with_context(path));
+    impl->index = std::move(*index);
+    for (const auto& shard : impl->index->shards) {
+      impl->files.push_back(CheckpointFile{shard, 0, std::nullopt});
+      if (!is_regular_file(impl->local_path(impl->files.size() - 1))) {
+        return fail(ErrorCode::IndexMismatch, path + ": names shard " + quote_name(shard) +
+                                                  ", which does not exist at " +
+                                                  impl->local_path(impl->files.size() - 1));
+      }
+    }
+  } else {
+    impl->files.push_back(CheckpointFile{name, 0, std::nullopt});
+  }
+  impl->maps.resize(impl->files.size());
+  impl->headers.resize(impl->files.size());
+  for (std::size_t i = 0; i < impl->files.size(); ++i) {
+    if (auto r = load_file(*impl, i); !r) return fail(r.error());
+  }
+  if (impl->index) {
+    if (auto r = check_index_matches(*impl); !r) return fail(r.error());
+  }
+
+  std::size_t count = 0;
+  for (const auto& h : impl->headers) count += h.tensors().size();
+  impl->tensors.reserve(count);
+  for (std::size_t f = 0; f < impl->headers.size(); ++f) {
+    for (const auto& t : impl->headers[f].tensors()) impl->tensors.push_back(TensorRef{&t, f});
+  }
+  std::sort(impl->tensors.begin(), impl->tensors.end(), [](const TensorRef& a, const TensorRef& b) {
+    return natural_less(a.info->name, b.info->name);
+  });
+  impl->by_name.reserve(count);
+  for (std::size_t i = 0; i < impl->tensors.size(); ++i) {
+    impl->by_name.emplace(impl->tensors[i].info->name, i);
+  }
+  return Checkpoint(std::move(impl));
+}
+
+Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
+  if (tensor.file >= impl_->maps.size() || tensor.info == nullptr) {
+    return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
+  }
+  const Header& header = impl_->headers[tensor.file];
+  ByteRange range = header.file_range(*tensor.info);
+  auto bytes = impl_->maps[tensor.file].bytes();
+  if (range.end() > bytes.size()) {
+    return fail(ErrorCode::Io, impl_->local_path(tensor.file) + ": tensor " +
+                                   quote_name(tensor.info->name) + " lies beyond the mapped file");
+  }
+  return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape,
+                    bytes.subspan(range.offset, range.length)};
+}
+
+Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> selectors) const {
+  // Chosen tensors by position in tensors(), with the selector that chose them.
+  std::map<std::size_t, const Selector*> chosen;
+  auto choose = [&](std::size_t pos, const Selector& sel) -> Result<void> {
+    auto [it, inserted] = chosen.emplace(pos, &sel);
+    if (!inserted) {
+      const auto& a = it->second->slice;
+      const auto& b = sel.slice;
+      bool same = a.has_value() == b.has_value() &&
+                  (!a || to_string(*a) == to_string(*b));
+      if (!same) {
+        return fail(ErrorCode::InvalidArgument,
+                    "tensor " + quote_name(impl_->tensors[pos].info->name) +
+                        " is selected twice with different slices (by " +
+                        quote_name(it->second->pattern) + " and " + quote_name(sel.pattern) + ")");
+      }
+    }
+    return {};
+  };
+  for (const auto& sel : selectors) {
+    if (!has_glob(sel.pattern)) {
+      auto it = impl_->by_name.find(sel.pattern);
+      if (it == impl_->by_name.end()) {
+        return fail(ErrorCode::NotFound, impl_->location + ": no tensor named " + quote_name(sel.pattern));
+      }
+      if (auto r = choose(it->second, sel); !r) return fail(r.error());
+      continue;
+    }
+    bool any = false;
+    for (std::size_t i = 0; i < impl_->tensors.size(); ++i) {
+      if (::fnmatch(sel.pattern.c_str(), impl_->tensors[i].info->name.c_str(), 0) == 0) {
+        any = true;
+        if (auto r = choose(i, sel); !r) return fail(r.error());
+      }
+    }
+    if (!any) {
+      return fail(ErrorCode::NotFound, impl_->location + ": no tensor matches " + quote_name(sel.pattern));
+    }
+  }
+  std::vector<Selection> out;
+  out.reserve(chosen.size());
+  for (const auto& [pos, sel] : chosen) {
+    const TensorRef& ref = impl_->tensors[pos];
+    auto plan = plan_slice(*ref.info, sel->slice.value_or(SliceSpec{}));
+    if (!plan) return fail(plan.error().with_context(impl_->local_path(ref.file)));
+    out.push_back(Selection{ref, sel->slice, std::move(*plan)});
+  }
+  return out;
+}
+
+}  // namespace tensorfetch

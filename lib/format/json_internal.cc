@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "format/json_internal.h"
+
+#include <algorithm>
+#include <unordered_set>
+#include <vector>
+
+namespace tensorfetch::detail {
+
+Result<simdjson::dom::element> parse_json(simdjson::dom::parser& parser,
+                                          std::span<const std::byte> bytes, ErrorCode code,
+                                          std::string_view what) {
+  simdjson::dom::element doc;
+  const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
+  if (auto err = parser.parse(data, bytes.size(), /*realloc_if_needed=*/true).get(doc); err) {
+    return fail(code, std::string(what) + " is not valid JSON: " +
+                          std::string(simdjson::error_message(err)));
+  }
+  return doc;
+}
+
+namespace {
+
+Result<void> check_object_keys(simdjson::dom::object obj, std::string_view where) {
+  // Small objects (the common case: tensor entries) compare linearly; big ones hash.
+  constexpr std::size_t kLinearLimit = 16;
+  std::vector<std::string_view> small;
+  std::unordered_set<std::string_view> big;
+  bool use_hash = obj.size() > kLinearLimit;
+  if (use_hash) big.reserve(obj.size());
+  for (auto field : obj) {
+    bool dup = false;
+    if (use_hash) {
+      dup = !big.insert(field.key).second;
+    } else {
+      dup = std::find(small.begin(), small.end(), field.key) != small.end();
+      small.push_back(field.key);
+    }
+    if (dup) {
+      return fail(ErrorCode::DuplicateKey,
+                  "duplicate key " + quote_name(field.key) + " in " + std::string(where));
+    }
+    if (auto r = check_no_duplicate_keys(field.value, where); !r) return r;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> check_no_duplicate_keys(simdjson::dom::element value, std::string_view where) {
+  simdjson::dom::object obj;
+  if (!value.get_object().get(obj)) return check_object_keys(obj, where);
+  simdjson::dom::array arr;
+  if (!value.get_array().get(arr)) {
+    for (auto item : arr) {
+      if (auto r = check_no_duplicate_keys(item, where); !r) return r;
+    }
+  }
+  return {};
+}
+
+bool get_uint(simdjson::dom::element value, std::uint64_t& out) noexcept {
+  // Only integer tokens: doubles (fractions, exponents), strings, ... are refused.
+  if (!value.is_int64() && !value.is_uint64()) return false;
+  return !value.get_uint64().get(out);  // fails for negative int64
+}
+
+std::string excerpt(simdjson::dom::element value) {
+  std::string text = simdjson::minify(value);
+  constexpr std::size_t kMax = 60;
+  if (text.size() > kMax) {
+    text.resize(kMax);
+    text += "...";
+  }
+  std::string out = quote_name(text);  // escapes control characters
+  out.front() = '`';
+  out.back() = '`';
+  return out;
+}
+
+std::string quote_name(std::string_view name) {
+  std::string out = "'";
+  constexpr std::size_t kMax = 200;
+  std::size_t n = 0;
+  for (char c : name) {
+    if (++n > kMax) {
+      out += "...";
+      break;
+    }
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+}  // namespace tensorfetch::detail

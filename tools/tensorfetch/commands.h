@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CLI's subcommands. Each returns the process exit code (DESIGN.md, CLI contract).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tensorfetch/tensorfetch.hpp"
+
+namespace tensorfetch::cli {
+
+/// Options of `tensorfetch inspect`.
+struct InspectOptions {
+  std::string location;  ///< file, directory or index
+  bool json = false;     ///< print the documented JSON object
+  bool all = false;      ///< list every tensor instead of grouping repeated layers
+};
+
+/// Options of `tensorfetch get`.
+struct GetOptions {
+  std::string location;               ///< file, directory or index
+  std::vector<std::string> patterns;  ///< names or globs, each optionally NAME[SLICE]
+  std::vector<std::string> slices;    ///< --slice 'NAME[...]'
+  std::string output;                 ///< -o: a file, or a directory (ends in '/' or exists)
+  bool quiet = false;                 ///< no summary on stderr
+};
+
+/// Runs `inspect`; prints to stdout, errors to stderr.
+int run_inspect(const InspectOptions& options);
+
+/// Runs `get`; prints a summary to stderr unless quiet.
+int run_get(const GetOptions& options);
+
+/// Prints `tensorfetch: error: MESSAGE` and returns the exit code for the error.
+int report(const Error& error);
+
+}  // namespace tensorfetch::cli

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tensorfetch inspect`: a table (grouping repeated layers) and totals, or the JSON object.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "commands.h"
+
+namespace tensorfetch::cli {
+
+namespace {
+
+// Listings longer than this are grouped by layer unless --all is given.
+constexpr std::size_t kGroupThreshold = 40;
+
+std::string with_commas(std::uint64_t n) {
+  const std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (n < 1024) return std::to_string(n) + " B";
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+std::string shape_text(std::span<const std::uint64_t> shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// "0-3,7,9-10" from a sorted set.
+std::string compress(const std::set<std::uint64_t>& values) {
+  std::string out;
+  for (auto it = values.begin(); it != values.end();) {
+    std::uint64_t first = *it, last = *it;
+    auto next = std::next(it);
+    while (next != values.end() && *next == last + 1) last = *next++;
+    if (!out.empty()) out += ',';
+    out += std::to_string(first);
+    if (last != first) out += (last == first + 1 ? "," : "-") + std::to_string(last);
+    it = next;
+  }
+  return out;
+}
+
+// Splits a name at dots into segments, marking the purely numeric ones.
+struct NameShape {
+  std::string key;                      // name with numeric segments replaced by '#'
+  std::vector<std::uint64_t> numbers;   // the numeric segments, in order
+};
+
+NameShape name_shape(std::string_view name) {
+  NameShape out;
+  std::size_t start = 0;
+  while (true) {
+    auto dot = name.find('.', start);
+    auto seg = name.substr(start, dot == std::string_view::npos ? name.npos : dot - start);
+    bool numeric = !seg.empty() && seg.size() <= 18 &&
+                   std::all_of(seg.begin(), seg.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                   (seg.size() == 1 || seg.front() != '0');
+    if (numeric) {
+      out.key += '#';
+      out.numbers.push_back(std::stoull(std::string(seg)));
+    } else {
+      out.key += seg;
+    }
+    if (dot == std::string_view::npos) break;
+    out.key += '.';
+    start = dot + 1;
+  }
+  return out;
+}
+
+struct Row {
+  std::string name;
+  std::size_t count = 1;
+  std::string dtype;
+  std::string shape;
+  std::uint64_t bytes = 0;
+  std::string file;
+};
+
+std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
+  std::vector<Row> rows;
+  const auto& files = ckpt.files();
+  if (!group) {
+    for (const auto& t : ckpt.tensors()) {
+      rows.push_back(Row{t.info->name, 1, std::string(to_string(t.info->dtype)),
+                         shape_text(t.info->shape), t.info->nbytes(), files[t.file].path});
+    }
+    return rows;
+  }
+  // Group by (name with numbers masked, dtype, shape), in order of first appearance.
+  struct Group {
+    std::vector<std::set<std::uint64_t>> numbers;
+    std::string template_name;
+    Row row;
+    std::set<std::size_t> files;
+  };
+  std::vector<Group> groups;
+  std::map<std::string, std::size_t> by_key;
+  for (const auto& t : ckpt.tensors()) {
+    NameShape ns = name_shape(t.info->name);
+    std::string dtype(to_string(t.info->dtype));
+    std::string shape = shape_text(t.info->shape);
+    std::string key = ns.key + '\0' + dtype + '\0' + shape;
+    auto [it, inserted] = by_key.emplace(key, groups.size());
+    if (inserted) {
+      Group g;
+      g.template_name = ns.key;
+      g.numbers.resize(ns.numbers.size());
+      g.row = Row{t.info->name, 0, dtype, shape, 0, ""};
+      groups.push_back(std::move(g));
+    }
+    Group& g = groups[it->second];
+    for (std::size_t i = 0; i < ns.numbers.size(); ++i) g.numbers[i].insert(ns.numbers[i]);
+    g.row.count += 1;
+    g.row.bytes += t.info->nbytes();
+    g.files.insert(t.file);
+  }
+  for (auto& g : groups) {
+    if (g.row.count > 1) {
+      std::string name;
+      std::size_t n = 0;
+      for (char c : g.template_name) {
+        if (c == '#') {
+          const auto& set = g.numbers[n++];
+          name += set.size() == 1 ? std::to_string(*set.begin()) : "{" + compress(set) + "}";
+        } else {
+          name += c;
+        }
+      }
+      g.row.name = name;
+    }
+    g.row.file = g.files.size() == 1 ? files[*g.files.begin()].path
+                                     : std::to_string(g.files.size()) + " files";
+    rows.push_back(std::move(g.row));
+  }
+  return rows;
+}
+
+struct Totals {
+  std::map<DType, std::uint64_t> parameters;
+  std::uint64_t total_parameters = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t file_bytes = 0;
+};
+
+Totals totals(const Checkpoint& ckpt) {
+  Totals t;
+  for (const auto& ref : ckpt.tensors()) {
+    const auto n = ref.info->num_elements();
+    t.parameters[ref.info->dtype] += n;
+    t.total_parameters += n;
+    t.total_bytes += ref.info->nbytes();
+  }
+  for (const auto& f : ckpt.files()) t.file_bytes += f.size;
+  return t;
+}
+
+void print_json(const Checkpoint& ckpt) {
+  using nlohmann::ordered_json;
+  ordered_json out;
+  out["location"] = ckpt.location();
+  out["sharded"] = ckpt.sharded();
+  out["files"] = ordered_json::array();
+  for (std::size_t i = 0; i < ckpt.files().size(); ++i) {
+    const auto& f = ckpt.files()[i];
+    out["files"].push_back({{"path", f.path},
+                            {"size", f.size},
+                            {"header_size", ckpt.header(i).header_size},
+                            {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)}});
+  }
+  const auto& md = ckpt.header(0).metadata;
+  out["metadata"] = md ? ordered_json(*md) : ordered_json(nullptr);
+  auto& tensors = out["tensors"] = ordered_json::array();
+  for (const auto& ref : ckpt.tensors()) {
+    tensors.push_back({{"name", ref.info->name},
+                       {"dtype", std::string(to_string(ref.info->dtype))},
+                       {"shape", ref.info->shape},
+                       {"file", ckpt.files()[ref.file].path},
+                       {"data_offsets", {ref.info->begin, ref.info->end}}});
+  }
+  Totals t = totals(ckpt);
+  auto& params = out["parameters"] = ordered_json::object();
+  for (const auto& [dtype, n] : t.parameters) params[std::string(to_string(dtype))] = n;
+  out["total_parameters"] = t.total_parameters;
+  out["total_bytes"] = t.total_bytes;
+  if (const auto& index = ckpt.index()) {
+    ordered_json im = ordered_json::object();
+    if (index->total_size) im["total_size"] = *index->total_size;
+    if (index->total_parameters) im["total_parameters"] = *index->total_parameters;
+    for (const auto& [k, v] : index->extra_metadata) im[k] = v;
+    out["index_metadata"] = im;
+  }
+  std::cout << out.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+}
+
+void print_table(const Checkpoint& ckpt, bool all) {
+  const bool group = !all && ckpt.tensors().size() > kGroupThreshold;
+  std::vector<Row> rows = table_rows(ckpt, group);
+  Row head{"NAME", 0, "DTYPE", "SHAPE", 0, "FILE"};
+  std::size_t wn = head.name.size(), wd = head.dtype.size(), ws = head.shape.size(), wb = 4, wc = 5;
+  for (const auto& r : rows) {
+    wn = std::max(wn, r.name.size());
+    wd = std::max(wd, r.dtype.size());
+    ws = std::max(ws, r.shape.size());
+    wb = std::max(wb, human_bytes(r.bytes).size());
+    wc = std::max(wc, std::to_string(r.count).size() + 1);
+  }
+  auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w - std::min(w, s.size()), ' '); };
+  auto rpad = [](const std::string& s, std::size_t w) { return std::string(w - std::min(w, s.size()), ' ') + s; };
+  std::ostringstream os;
+  os << ckpt.location() << ": " << ckpt.tensors().size() << " tensors in " << ckpt.files().size()
+     << (ckpt.files().size() == 1 ? " file" : " files") << (ckpt.sharded() ? " (sharded)" : "")
+     << "\n\n";
+  os << pad("NAME", wn) << "  " << (group ? rpad("COUNT", wc) + "  " : "") << pad("DTYPE", wd)
+     << "  " << pad("SHAPE", ws) << "  " << rpad("SIZE", wb) << "  FILE\n";
+  for (const auto& r : rows) {
+    os << pad(r.name, wn) << "  " << (group ? rpad(r.count > 1 ? "x" + std::to_string(r.count) : "", wc) + "  " : "")
+       << pad(r.dtype, wd) << "  " << pad(r.shape, ws) << "  " << rpad(human_bytes(r.bytes), wb)
+       << "  " << r.file << '\n';
+  }
+  if (group) os << "(" << rows.size() << " rows for " << ckpt.tensors().size()
+                << " tensors; repeated layers grouped, --all lists every tensor)\n";
+
+  Totals t = totals(ckpt);
+  os << "\nparameters   " << with_commas(t.total_parameters);
+  std::string sep = "  (";
+  for (const auto& [dtype, n] : t.parameters) {
+    os << sep << to_string(dtype) << ' ' << with_commas(n);
+    sep = ", ";
+  }
+  os << (t.parameters.empty() ? "" : ")") << '\n';
+  os << "tensor data  " << with_commas(t.total_bytes) << " bytes (" << human_bytes(t.total_bytes) << ")\n";
+  os << "files        " << ckpt.files().size() << ", " << with_commas(t.file_bytes) << " bytes ("
+     << human_bytes(t.file_bytes) << ")\n";
+  if (const auto& index = ckpt.index()) {
+    auto claim = [&](const char* what, const std::optional<std::uint64_t>& v, std::uint64_t actual) {
+      if (!v) return;
+      os << "index        " << what << ' ' << with_commas(*v)
+         << (*v == actual ? " (matches)" : " (differs from the computed " + with_commas(actual) + "; not used)")
+         << '\n';
+    };
+    claim("total_parameters", index->total_parameters, t.total_parameters);
+    claim("total_size", index->total_size, t.total_bytes);
+  }
+  const auto& md = ckpt.header(0).metadata;
+  os << "metadata     ";
+  if (!md || md->empty()) {
+    os << "(none)\n";
+  } else {
+    std::string s;
+    for (const auto& [k, v] : *md) s += (s.empty() ? "" : ", ") + k + "=" + v;
+    os << s << '\n';
+  }
+  std::cout << os.str();
+}
+
+}  // namespace
+
+int report(const Error& error) {
+  std::cerr << "tensorfetch: error: " << error.message << '\n';
+  return exit_code(error.code);
+}
+
+int run_inspect(const InspectOptions& options) {
+  auto ckpt = Checkpoint::open(options.location);
+  if (!ckpt) return report(ckpt.error());
+  if (options.json) {
+    print_json(*ckpt);
+  } else {
+    print_table(*ckpt, options.all);
+  }
+  std::cout.flush();
+  return std::cout ? 0 : 1;
+}
+
+}  // namespace tensorfetch::cli
