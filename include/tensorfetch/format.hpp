@@ -8,11 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tensorfetch/byte_range.hpp"
@@ -31,13 +32,15 @@ inline constexpr std::uint64_t kPrefixSize = 8;
 /// String-to-string metadata (`__metadata__`), sorted by key.
 using Metadata = std::map<std::string, std::string>;
 
-/// One tensor entry of a header. A plain value.
+/// One tensor entry of a header. A plain value: copies are independent of the header they
+/// came from. (Its containers are `std::pmr` ones so that a `Header` can keep a million
+/// entries in one arena; a copy uses the default allocator.)
 struct TensorInfo {
-  std::string name;                  ///< the JSON key
-  DType dtype = DType::U8;           ///< element type
-  std::vector<std::uint64_t> shape;  ///< dimensions; empty for a scalar
-  std::uint64_t begin = 0;           ///< data_offsets[0], relative to the data section
-  std::uint64_t end = 0;             ///< data_offsets[1], relative to the data section
+  std::pmr::string name;                  ///< the JSON key
+  DType dtype = DType::U8;                ///< element type
+  std::pmr::vector<std::uint64_t> shape;  ///< dimensions; empty for a scalar
+  std::uint64_t begin = 0;                ///< data_offsets[0], relative to the data section
+  std::uint64_t end = 0;                  ///< data_offsets[1], relative to the data section
 
   /// Number of elements (product of the shape; 1 for a scalar). Validated headers
   /// guarantee it does not overflow.
@@ -46,16 +49,17 @@ struct TensorInfo {
   [[nodiscard]] std::uint64_t nbytes() const noexcept { return end - begin; }
 };
 
-/// A parsed and validated header. Owns all its data; move-only because it keeps a
-/// name index into its own tensors.
+/// A parsed and validated header. Owns all its data (tensors live in one arena that moves
+/// with the header). Move-only. Const members are safe to call from several threads.
 class Header {
  public:
   /// An empty header (no tensors, no metadata).
-  Header() = default;
-  Header(Header&&) noexcept = default;
-  Header& operator=(Header&&) noexcept = default;
+  Header();
+  Header(Header&&) noexcept;
+  Header& operator=(Header&&) noexcept;
   Header(const Header&) = delete;
   Header& operator=(const Header&) = delete;
+  ~Header();
 
   /// Header length N as stored in the 8-byte prefix (JSON plus padding).
   std::uint64_t header_size = 0;
@@ -65,7 +69,7 @@ class Header {
   std::optional<Metadata> metadata;
 
   /// All tensors, sorted by `begin` (the order they are stored in).
-  [[nodiscard]] const std::vector<TensorInfo>& tensors() const noexcept { return tensors_; }
+  [[nodiscard]] const std::pmr::vector<TensorInfo>& tensors() const noexcept;
   /// The tensor with this exact name, or nullptr.
   [[nodiscard]] const TensorInfo* find(std::string_view name) const;
   /// Offset of the data section from the start of the file: 8 + N.
@@ -76,13 +80,40 @@ class Header {
   }
 
   /// Takes ownership of validated tensors (sorted by begin) and indexes them by name;
-  /// refuses duplicate names (`DuplicateKey`, leaving the header empty). Used by the
-  /// parser; exposed so that tests and tools can build headers directly.
-  [[nodiscard]] Result<void> set_tensors(std::vector<TensorInfo> tensors);
+  /// refuses duplicate names (`DuplicateKey`, leaving the header without tensors). Used by
+  /// the parser; exposed so that tests and tools can build headers directly.
+  [[nodiscard]] Result<void> set_tensors(std::pmr::vector<TensorInfo> tensors);
+
+  /// Storage behind the tensors (opaque; defined in the library).
+  struct Storage;
 
  private:
-  std::vector<TensorInfo> tensors_;
-  std::unordered_map<std::string_view, std::size_t> by_name_;
+  friend class HeaderParser;
+  Result<void> index_tensors();
+  std::unique_ptr<Storage> storage_;
+};
+
+/// Reusable parsing state. Parsing many headers with one `HeaderParser` reuses its buffers
+/// (as simdjson advises for its own parser), which matters for checkpoints of many shards and
+/// for very large headers. Not thread-safe: use one per thread. Results do not depend on it:
+/// a `Header` owns all its data.
+class HeaderParser {
+ public:
+  HeaderParser();
+  HeaderParser(HeaderParser&&) noexcept;
+  HeaderParser& operator=(HeaderParser&&) noexcept;
+  ~HeaderParser();
+
+  /// As the free function `parse_header`.
+  [[nodiscard]] Result<Header> parse(std::span<const std::byte> header_bytes, std::uint64_t file_size,
+                                     std::size_t readable_after = 0);
+  /// As the free function `parse_file_prefix`.
+  [[nodiscard]] Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
+                                                 std::uint64_t file_size);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 /// Reads N from the first 8 bytes of a file (little-endian) and checks it against the cap
@@ -95,11 +126,16 @@ class Header {
 /// with `{`, valid UTF-8 JSON, no duplicate keys, exact dtypes, integer shapes and offsets,
 /// sizes that match with overflow checks, contiguous data from 0 to exactly the end of the
 /// file. Errors name the rule, the tensor and its offsets.
+///
+/// `readable_after`: how many bytes of allocated memory the caller guarantees right after
+/// `header_bytes` (e.g. the rest of a mapped file; their content does not matter). With at
+/// least 64 the header is parsed in place; otherwise it is copied first.
 [[nodiscard]] Result<Header> parse_header(std::span<const std::byte> header_bytes,
-                                          std::uint64_t file_size);
+                                          std::uint64_t file_size, std::size_t readable_after = 0);
 
 /// Convenience: parses a file whose first `bytes.size()` bytes are given (at least 8 + N)
-/// and whose total size is `file_size`.
+/// and whose total size is `file_size`. Bytes given beyond the header serve as padding, so a
+/// whole mapped file is parsed without copying its header.
 [[nodiscard]] Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
                                                std::uint64_t file_size);
 

@@ -84,11 +84,12 @@ const TensorRef* Checkpoint::find(std::string_view name) const {
 namespace {
 
 // Maps and validates one safetensors file of `impl`.
-Result<void> load_file(Checkpoint::Impl& impl, std::size_t i) {
+Result<void> load_file(Checkpoint::Impl& impl, std::size_t i, HeaderParser& parser) {
   const std::string path = impl.local_path(i);
   auto map = detail::MappedFile::open(path);
   if (!map) return fail(map.error());
-  auto header = parse_file_prefix(map->bytes(), map->size());
+  // The whole mapping is given, so the header is parsed in place.
+  auto header = parser.parse_file_prefix(map->bytes(), map->size());
   if (!header) return fail(header.error().with_context(path));
   impl.files[i].size = map->size();
   impl.maps[i] = std::move(*map);
@@ -111,9 +112,10 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
   // caught here too, since the index maps it to only one of them).
   for (std::size_t s = 0; s < impl.headers.size(); ++s) {
     for (const auto& t : impl.headers[s].tensors()) {
-      auto it = std::lower_bound(index.weight_map.begin(), index.weight_map.end(), t.name,
-                                 [](const auto& entry, const std::string& n) { return entry.first < n; });
-      if (it == index.weight_map.end() || it->first != t.name) {
+      const std::string_view name = t.name;
+      auto it = std::lower_bound(index.weight_map.begin(), index.weight_map.end(), name,
+                                 [](const auto& entry, std::string_view n) { return entry.first < n; });
+      if (it == index.weight_map.end() || it->first != name) {
         return fail(ErrorCode::IndexMismatch, where + ": shard " + quote_name(index.shards[s]) +
                                                   " holds tensor " + quote_name(t.name) +
                                                   ", which the weight_map does not list");
@@ -188,8 +190,9 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view) {
   }
   impl->maps.resize(impl->files.size());
   impl->headers.resize(impl->files.size());
+  HeaderParser parser;  // one for every shard: its buffers are reused
   for (std::size_t i = 0; i < impl->files.size(); ++i) {
-    if (auto r = load_file(*impl, i); !r) return fail(r.error());
+    if (auto r = load_file(*impl, i, parser); !r) return fail(r.error());
   }
   if (impl->index) {
     if (auto r = check_index_matches(*impl); !r) return fail(r.error());
@@ -237,15 +240,23 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
       bool same = a.has_value() == b.has_value() &&
                   (!a || to_string(*a) == to_string(*b));
       if (!same) {
+        auto describe = [](const Selector& s) {
+          return quote_name(s.pattern) + (s.slice ? " " + to_string(*s.slice) : " (whole)");
+        };
         return fail(ErrorCode::InvalidArgument,
                     "tensor " + quote_name(impl_->tensors[pos].info->name) +
-                        " is selected twice with different slices (by " +
-                        quote_name(it->second->pattern) + " and " + quote_name(sel.pattern) + ")");
+                        " is selected twice with different slices: by " + describe(*it->second) +
+                        " and by " + describe(sel));
       }
     }
     return {};
   };
   for (const auto& sel : selectors) {
+    auto exact = impl_->by_name.find(sel.pattern);
+    if (exact != impl_->by_name.end()) {  // an exact name wins over glob syntax
+      if (auto r = choose(exact->second, sel); !r) return fail(r.error());
+      continue;
+    }
     if (!has_glob(sel.pattern)) {
       auto it = impl_->by_name.find(sel.pattern);
       if (it == impl_->by_name.end()) {

@@ -118,7 +118,7 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
         outputs.push_back(OutputFile{out + "/" + name, {}, impl_->headers[s.ref.file].metadata});
       }
       outputs[it->second].tensors.push_back(&s);
-      weight_map.emplace(s.ref.info->name, impl_->files[s.ref.file].path);
+      weight_map.emplace(std::string(s.ref.info->name), impl_->files[s.ref.file].path);
     }
   } else {
     std::optional<Metadata> metadata;
@@ -127,13 +127,41 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     for (const auto& s : selection) outputs.back().tensors.push_back(&s);
   }
 
+  // Never replace a file of the checkpoint being read (e.g. `-o` naming its own directory).
+  std::vector<std::pair<dev_t, ino_t>> sources;
+  auto add_source = [&](const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) sources.emplace_back(st.st_dev, st.st_ino);
+  };
+  for (std::size_t i = 0; i < impl_->files.size(); ++i) add_source(impl_->local_path(i));
+  if (impl_->index) add_source(impl_->root.empty() ? impl_->index_name : impl_->root + "/" + impl_->index_name);
+  auto check_target = [&](const std::string& path) -> Result<void> {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};
+    for (const auto& [dev, ino] : sources) {
+      if (st.st_dev == dev && st.st_ino == ino) {
+        return fail(ErrorCode::InvalidArgument,
+                    path + ": refusing to overwrite a file of the checkpoint being read; choose "
+                           "another output");
+      }
+    }
+    if (S_ISDIR(st.st_mode)) return fail(ErrorCode::InvalidArgument, path + ": is a directory");
+    return {};
+  };
+  for (const auto& o : outputs) {
+    if (auto r = check_target(o.path); !r) return r;
+  }
+  if (options.sharded_output && impl_->index) {
+    if (auto r = check_target(out + "/" + impl_->index_name); !r) return r;
+  }
+
   std::vector<PendingFile> pending;
   std::uint64_t total_size = 0, total_parameters = 0;
   for (const auto& o : outputs) {
     std::vector<OutputTensor> tensors;
     tensors.reserve(o.tensors.size());
     for (const Selection* s : o.tensors) {
-      tensors.push_back(OutputTensor{s->ref.info->name, s->ref.info->dtype, s->plan.shape});
+      tensors.push_back(OutputTensor{std::string(s->ref.info->name), s->ref.info->dtype, s->plan.shape});
       std::uint64_t elements = 1;
       for (auto d : s->plan.shape) elements *= d;
       total_parameters += elements;

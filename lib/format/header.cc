@@ -5,7 +5,9 @@
 #include <cstring>
 #include <string>
 
+#include "format/huge_pages.h"
 #include "format/json_internal.h"
+#include "format/name_index.h"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -24,20 +26,46 @@ std::uint64_t TensorInfo::num_elements() const noexcept {
   return n;
 }
 
-Result<void> Header::set_tensors(std::vector<TensorInfo> tensors) {
-  tensors_ = std::move(tensors);
-  by_name_.clear();
-  by_name_.reserve(tensors_.size());
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    auto [it, inserted] = by_name_.emplace(tensors_[i].name, i);
-    if (!inserted) {
-      const auto& a = tensors_[it->second];
-      const auto& b = tensors_[i];
+struct Header::Storage {
+  detail::HugePageArena arena{64 << 10};  // declared first: destroyed last
+  std::pmr::vector<TensorInfo> tensors{&arena};
+  detail::NameIndex by_name{&arena};
+};
+
+Header::Header() : storage_(std::make_unique<Storage>()) {}
+Header::Header(Header&&) noexcept = default;
+Header& Header::operator=(Header&&) noexcept = default;
+Header::~Header() = default;
+
+const std::pmr::vector<TensorInfo>& Header::tensors() const noexcept {
+  static const std::pmr::vector<TensorInfo> kEmpty;
+  return storage_ ? storage_->tensors : kEmpty;
+}
+
+Result<void> Header::set_tensors(std::pmr::vector<TensorInfo> tensors) {
+  if (!storage_) storage_ = std::make_unique<Storage>();
+  storage_->tensors = std::move(tensors);
+  return index_tensors();
+}
+
+Result<void> Header::index_tensors() {
+  auto& tensors = storage_->tensors;
+  auto& by_name = storage_->by_name;
+  if (tensors.size() > detail::NameIndex::kMaxNames) {
+    tensors.clear();
+    return fail(ErrorCode::InvalidArgument, "too many tensors: " + std::to_string(tensors.size()));
+  }
+  by_name.reset(tensors.size());
+  auto name_of = [&](std::size_t i) -> std::string_view { return tensors[i].name; };
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (auto other = by_name.insert(tensors[i].name, i, name_of)) {
+      const auto& a = tensors[*other];
+      const auto& b = tensors[i];
       std::string msg = "duplicate tensor name " + quote_name(b.name) + " (" +
                         offsets_text(a.begin, a.end) + " and " + offsets_text(b.begin, b.end) +
                         ")";
-      tensors_.clear();
-      by_name_.clear();
+      tensors.clear();
+      by_name.reset(0);
       return fail(ErrorCode::DuplicateKey, msg);
     }
   }
@@ -45,8 +73,10 @@ Result<void> Header::set_tensors(std::vector<TensorInfo> tensors) {
 }
 
 const TensorInfo* Header::find(std::string_view name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+  if (!storage_) return nullptr;
+  const auto& tensors = storage_->tensors;
+  auto pos = storage_->by_name.find(name, [&](std::size_t i) -> std::string_view { return tensors[i].name; });
+  return pos ? &tensors[*pos] : nullptr;
 }
 
 Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
@@ -210,7 +240,26 @@ bool by_offsets(const TensorInfo& a, const TensorInfo& b) {
 
 }  // namespace
 
-Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64_t file_size) {
+struct HeaderParser::Impl {
+  detail::JsonParser json;
+};
+
+HeaderParser::HeaderParser() : impl_(std::make_unique<Impl>()) {}
+HeaderParser::HeaderParser(HeaderParser&&) noexcept = default;
+HeaderParser& HeaderParser::operator=(HeaderParser&&) noexcept = default;
+HeaderParser::~HeaderParser() = default;
+
+Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64_t file_size,
+                            std::size_t readable_after) {
+  return HeaderParser().parse(header_bytes, file_size, readable_after);
+}
+
+Result<Header> parse_file_prefix(std::span<const std::byte> bytes, std::uint64_t file_size) {
+  return HeaderParser().parse_file_prefix(bytes, file_size);
+}
+
+Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std::uint64_t file_size,
+                                   std::size_t readable_after) {
   const std::uint64_t n = header_bytes.size();
   if (n > kMaxHeaderSize) {
     return fail(ErrorCode::HeaderTooLarge, "header length " + std::to_string(n) +
@@ -227,8 +276,8 @@ Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64
                 "header must start with '{' (byte 8 of the file); leading whitespace or other "
                 "bytes are refused");
   }
-  simdjson::dom::parser parser;
-  auto doc = detail::parse_json(parser, header_bytes, ErrorCode::HeaderJson, "header");
+  if (!impl_) impl_ = std::make_unique<Impl>();  // moved-from parsers stay usable
+  auto doc = impl_->json.parse(header_bytes, ErrorCode::HeaderJson, "header", readable_after);
   if (!doc) return fail(doc.error());
   simdjson::dom::object root;
   if (doc->get_object().get(root)) {
@@ -238,7 +287,8 @@ Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64
   Header header;
   header.header_size = n;
   header.data_size = file_size - kPrefixSize - n;
-  std::vector<TensorInfo> tensors;
+  auto& tensors = header.storage_->tensors;
+  std::pmr::memory_resource* arena = &header.storage_->arena;
   tensors.reserve(root.size());
   bool have_metadata = false;
   for (auto field : root) {
@@ -253,14 +303,18 @@ Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64
       header.metadata = std::move(*md);
       continue;
     }
-    TensorInfo& t = tensors.emplace_back();
-    t.name.assign(field.key);
+    // TensorInfo is not allocator-aware: give its containers the arena explicitly.
+    TensorInfo& t = tensors.emplace_back(TensorInfo{std::pmr::string(field.key, arena),
+                                                    DType::U8, std::pmr::vector<std::uint64_t>(arena),
+                                                    0, 0});
     if (auto r = parse_entry(field.value, t); !r) return fail(r.error());
   }
 
   if (!std::is_sorted(tensors.begin(), tensors.end(), by_offsets)) {
     std::sort(tensors.begin(), tensors.end(), by_offsets);
   }
+  // Names first: a repeated entry is a duplicate key before it is an overlap.
+  if (auto r = header.index_tensors(); !r) return fail(r.error());
   // The data section must be tiled exactly: start at 0, no hole, no overlap, end at its end.
   std::uint64_t expected = 0;
   const TensorInfo* previous = nullptr;
@@ -290,11 +344,11 @@ Result<Header> parse_header(std::span<const std::byte> header_bytes, std::uint64
                      std::to_string(header.data_size) + " bytes: truncated)";
     return fail(ErrorCode::DataSizeMismatch, msg);
   }
-  if (auto r = header.set_tensors(std::move(tensors)); !r) return fail(r.error());
   return header;
 }
 
-Result<Header> parse_file_prefix(std::span<const std::byte> bytes, std::uint64_t file_size) {
+Result<Header> HeaderParser::parse_file_prefix(std::span<const std::byte> bytes,
+                                               std::uint64_t file_size) {
   auto n = parse_header_size(bytes, file_size);
   if (!n) return fail(n.error());
   if (bytes.size() < kPrefixSize + *n) {
@@ -302,7 +356,7 @@ Result<Header> parse_file_prefix(std::span<const std::byte> bytes, std::uint64_t
                                              " bytes given, the header needs " +
                                              std::to_string(kPrefixSize + *n));
   }
-  return parse_header(bytes.subspan(kPrefixSize, *n), file_size);
+  return parse(bytes.subspan(kPrefixSize, *n), file_size, bytes.size() - kPrefixSize - *n);
 }
 
 }  // namespace tensorfetch

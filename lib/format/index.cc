@@ -103,8 +103,8 @@ Result<ShardIndex> parse_index(std::span<const std::byte> json) {
                                              " bytes, over the limit of " +
                                              std::to_string(kMaxIndexSize));
   }
-  simdjson::dom::parser parser;
-  auto doc = detail::parse_json(parser, json, ErrorCode::InvalidIndex, "index");
+  detail::JsonParser parser;
+  auto doc = parser.parse(json, ErrorCode::InvalidIndex, "index");
   if (!doc) return fail(doc.error());
   if (auto r = detail::check_no_duplicate_keys(*doc, "the index"); !r) {
     return fail(ErrorCode::InvalidIndex, r.error().message);

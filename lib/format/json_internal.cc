@@ -2,17 +2,51 @@
 #include "format/json_internal.h"
 
 #include <algorithm>
+#include <cstring>
 #include <unordered_set>
+
 #include <vector>
 
 namespace tensorfetch::detail {
 
-Result<simdjson::dom::element> parse_json(simdjson::dom::parser& parser,
-                                          std::span<const std::byte> bytes, ErrorCode code,
-                                          std::string_view what) {
+namespace {
+// Below this, 4 KiB pages are fine.
+constexpr std::size_t kAdviseThreshold = std::size_t{4} << 20;
+}  // namespace
+
+Result<simdjson::dom::element> JsonParser::parse(std::span<const std::byte> bytes, ErrorCode code,
+                                                 std::string_view what, std::size_t readable_after) {
   simdjson::dom::element doc;
-  const auto* data = reinterpret_cast<const std::uint8_t*>(bytes.data());
-  if (auto err = parser.parse(data, bytes.size(), /*realloc_if_needed=*/true).get(doc); err) {
+  const std::size_t len = bytes.size();
+  // The input in place when padding is readable after it, else a padded copy; the parser's
+  // buffers sized up front; all large buffers huge-page-advised: with 4 KiB pages, first-touch
+  // faults cost more than the parse itself on some VMs.
+  const std::byte* input = bytes.data();
+  if (readable_after < simdjson::SIMDJSON_PADDING) {
+    if (padded_.size() < len + simdjson::SIMDJSON_PADDING) {
+      padded_ = HugeBuffer(len + simdjson::SIMDJSON_PADDING);
+    }
+    if (len > 0) std::memcpy(padded_.data(), bytes.data(), len);
+    input = padded_.data();
+  }
+  if (capacity_ < len || capacity_ == 0) {
+    const std::size_t capacity = std::max<std::size_t>(len, 64);
+    // The parser allocates its document lazily inside parse(); allocate it now so that its
+    // buffers exist when they are advised.
+    if (auto err = parser_.allocate(capacity); err || (err = parser_.doc.allocate(capacity))) {
+      capacity_ = 0;
+      return fail(code, std::string(what) + " cannot be parsed: " +
+                            std::string(simdjson::error_message(err)));
+    }
+    if (capacity >= kAdviseThreshold) {
+      advise_huge_pages(parser_.implementation->structural_indexes.get(), capacity * sizeof(std::uint32_t));
+      advise_huge_pages(parser_.doc.tape.get(), capacity * sizeof(std::uint64_t));
+      advise_huge_pages(parser_.doc.string_buf.get(), 5 * capacity / 3);
+    }
+    capacity_ = capacity;
+  }
+  const auto* data = reinterpret_cast<const std::uint8_t*>(input);
+  if (auto err = parser_.parse(data, len, /*realloc_if_needed=*/false).get(doc); err) {
     return fail(code, std::string(what) + " is not valid JSON: " +
                           std::string(simdjson::error_message(err)));
   }

@@ -9,15 +9,29 @@
 
 #include <simdjson.h>
 
+#include "format/huge_pages.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
 
-/// Parses `bytes` as one JSON document with `parser` (which owns the result). Errors are
-/// reported with `code`, prefixed by `what` ("header", "index").
-[[nodiscard]] Result<simdjson::dom::element> parse_json(simdjson::dom::parser& parser,
-                                                        std::span<const std::byte> bytes,
-                                                        ErrorCode code, std::string_view what);
+/// A reusable strict JSON parser (simdjson DOM). Its buffers, and a padded copy of the input,
+/// are kept between calls and grown as needed; large ones are huge-page-advised. Not
+/// thread-safe. Results stay valid until the next `parse`.
+class JsonParser {
+ public:
+  /// Parses `bytes` as one JSON document. Errors are reported with `code`, prefixed by
+  /// `what` ("header", "index"). When the caller guarantees `readable_after` >= 64 bytes of
+  /// allocated memory after `bytes` (their content does not matter), the input is parsed in
+  /// place; otherwise it is first copied into a padded buffer.
+  [[nodiscard]] Result<simdjson::dom::element> parse(std::span<const std::byte> bytes,
+                                                     ErrorCode code, std::string_view what,
+                                                     std::size_t readable_after = 0);
+
+ private:
+  simdjson::dom::parser parser_;
+  HugeBuffer padded_;
+  std::size_t capacity_ = 0;
+};
 
 /// Refuses duplicate keys in `value` and in everything nested inside it. `where` names the
 /// value in error messages (e.g. "tensor 'x'").

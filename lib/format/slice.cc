@@ -85,7 +85,7 @@ Result<NamedSlice> parse_named_slice(std::string_view text) {
   auto open = text.rfind('[');
   if (!text.empty() && text.back() == ']' && open != std::string_view::npos) {
     auto spec = parse_slice(text.substr(open));
-    if (!spec) return fail(spec.error());
+    if (!spec) return fail(spec.error().with_context(detail::quote_name(text.substr(0, open))));
     out.name = std::string(text.substr(0, open));
     out.slice = std::move(*spec);
   } else {

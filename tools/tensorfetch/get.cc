@@ -15,34 +15,50 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-Result<std::vector<Selector>> selectors(const GetOptions& options) {
+// A text that is exactly a tensor's name selects that tensor, even if it looks like a glob
+// or ends in brackets; otherwise it is NAME or GLOB, optionally followed by [SLICE].
+Result<Selector> selector(const Checkpoint& ckpt, const std::string& text, bool need_slice) {
+  if (!need_slice && ckpt.find(text)) return Selector{text, std::nullopt};
+  auto named = parse_named_slice(text);
+  if (!named) return fail(named.error());
+  if (need_slice && !named->slice) {
+    return fail(ErrorCode::InvalidArgument,
+                "--slice " + text + ": expected NAME[SLICE], e.g. 'w[0:128, :]'");
+  }
+  return Selector{named->name, named->slice};
+}
+
+Result<std::vector<Selector>> selectors(const Checkpoint& ckpt, const GetOptions& options) {
   std::vector<Selector> out;
   for (const auto& text : options.patterns) {
-    auto named = parse_named_slice(text);
-    if (!named) return fail(named.error());
-    out.push_back(Selector{named->name, named->slice});
+    auto s = selector(ckpt, text, false);
+    if (!s) return fail(s.error());
+    out.push_back(std::move(*s));
   }
   for (const auto& text : options.slices) {
-    auto named = parse_named_slice(text);
-    if (!named) return fail(named.error());
-    if (!named->slice) {
-      return fail(ErrorCode::InvalidArgument,
-                  "--slice " + text + ": expected NAME[SLICE], e.g. 'w[0:128, :]'");
-    }
-    out.push_back(Selector{named->name, named->slice});
+    auto s = selector(ckpt, text, true);
+    if (!s) return fail(s.error());
+    out.push_back(std::move(*s));
   }
-  if (out.empty()) out.push_back(Selector{"*", std::nullopt});  // everything
   return out;
 }
 
 }  // namespace
 
 int run_get(const GetOptions& options) {
-  auto sels = selectors(options);
-  if (!sels) return report(sels.error());
+  if (options.output.empty()) {
+    return report(Error{ErrorCode::InvalidArgument, "-o/--output must name a file or directory"});
+  }
   auto ckpt = Checkpoint::open(options.location);
   if (!ckpt) return report(ckpt.error());
-  auto selection = ckpt->select(*sels);
+  auto sels = selectors(*ckpt, options);
+  if (!sels) return report(sels.error());
+  Result<std::vector<Selection>> selection = std::vector<Selection>{};
+  if (sels->empty()) {
+    // No names: every tensor (possibly none, which writes a valid empty file).
+    for (const auto& t : ckpt->tensors()) sels->push_back(Selector{std::string(t.info->name), std::nullopt});
+  }
+  if (!sels->empty()) selection = ckpt->select(*sels);
   if (!selection) return report(selection.error());
 
   WriteOptions write_options;

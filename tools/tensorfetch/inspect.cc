@@ -104,7 +104,7 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
   const auto& files = ckpt.files();
   if (!group) {
     for (const auto& t : ckpt.tensors()) {
-      rows.push_back(Row{t.info->name, 1, std::string(to_string(t.info->dtype)),
+      rows.push_back(Row{std::string(t.info->name), 1, std::string(to_string(t.info->dtype)),
                          shape_text(t.info->shape), t.info->nbytes(), files[t.file].path});
     }
     return rows;
@@ -128,7 +128,7 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
       Group g;
       g.template_name = ns.key;
       g.numbers.resize(ns.numbers.size());
-      g.row = Row{t.info->name, 0, dtype, shape, 0, ""};
+      g.row = Row{std::string(t.info->name), 0, dtype, shape, 0, ""};
       groups.push_back(std::move(g));
     }
     Group& g = groups[it->second];
@@ -194,7 +194,7 @@ void print_json(const Checkpoint& ckpt) {
   out["metadata"] = md ? ordered_json(*md) : ordered_json(nullptr);
   auto& tensors = out["tensors"] = ordered_json::array();
   for (const auto& ref : ckpt.tensors()) {
-    tensors.push_back({{"name", ref.info->name},
+    tensors.push_back({{"name", std::string(ref.info->name)},
                        {"dtype", std::string(to_string(ref.info->dtype))},
                        {"shape", ref.info->shape},
                        {"file", ckpt.files()[ref.file].path},

@@ -50,7 +50,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "tensorfetch: usage error: " << e.what() << "\nRun 'tensorfetch --help' for usage.\n";
+    std::string what = e.what();
+    if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "inspect" && std::string(argv[1]) != "get") {
+      what = std::string("unknown command '") + argv[1] + "' (commands: inspect, get)";
+    }
+    std::cerr << "tensorfetch: usage error: " << what << "\nRun 'tensorfetch --help' for usage.\n";
     return 1;
   }
   try {

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers shared by the unit tests (header-only; each test file is its own executable).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensorfetch/byte_range.hpp"
+#include "tensorfetch/dtype.hpp"
+#include "tensorfetch/error.hpp"
+
+// Readable failure output for the library's value types.
+namespace Catch {
+template <>
+struct StringMaker<tensorfetch::ErrorCode> {
+  static std::string convert(tensorfetch::ErrorCode code) {
+    return std::string(tensorfetch::to_string(code));
+  }
+};
+template <>
+struct StringMaker<tensorfetch::DType> {
+  static std::string convert(tensorfetch::DType dtype) {
+    return std::string(tensorfetch::to_string(dtype));
+  }
+};
+template <>
+struct StringMaker<tensorfetch::ByteRange> {
+  static std::string convert(const tensorfetch::ByteRange& r) {
+    return "{offset " + std::to_string(r.offset) + ", length " + std::to_string(r.length) + "}";
+  }
+};
+}  // namespace Catch
+
+namespace tftest {
+
+/// A shape (std or pmr vector) as a plain std::vector, for comparisons and printing.
+template <class V>
+std::vector<std::uint64_t> dims(const V& v) {
+  return std::vector<std::uint64_t>(v.begin(), v.end());
+}
+
+/// A name (std or pmr string) as a plain std::string.
+template <class S>
+std::string str(const S& s) {
+  return std::string(std::string_view(s));
+}
+
+/// The bytes of a string, as the library's parsers take them.
+inline std::vector<std::byte> to_bytes(std::string_view text) {
+  std::vector<std::byte> out(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) out[i] = static_cast<std::byte>(text[i]);
+  return out;
+}
+
+/// 8-byte little-endian encoding of `n`.
+inline std::string le64(std::uint64_t n) {
+  std::string out(8, '\0');
+  for (std::size_t i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+/// Reads a whole file; empty optional when it cannot be read.
+inline std::optional<std::string> read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (!in && !in.eof()) return std::nullopt;
+  return ss.str();
+}
+
+/// The reference checkpoint directory from TENSORFETCH_REFERENCE_DIR, if it exists.
+inline std::optional<std::filesystem::path> reference_dir() {
+  const char* env = std::getenv("TENSORFETCH_REFERENCE_DIR");
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  std::filesystem::path dir(env);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(dir / "MANIFEST.json", ec)) return std::nullopt;
+  return dir;
+}
+
+/// Checks that `r` failed with `code` and that its message mentions every string of
+/// `mentions`. Reports the caller's location through CHECK_ERROR.
+template <class T>
+void check_error(const tensorfetch::Result<T>& r, tensorfetch::ErrorCode code,
+                 std::initializer_list<std::string_view> mentions) {
+  if (r.has_value()) {
+    FAIL_CHECK("expected error " << tensorfetch::to_string(code) << ", but the call succeeded");
+    return;
+  }
+  INFO("error message: " << r.error().message);
+  CHECK(r.error().code == code);
+  CHECK_FALSE(r.error().message.empty());
+  for (std::string_view m : mentions) {
+    CHECK_THAT(r.error().message, Catch::Matchers::Contains(std::string(m)));
+  }
+}
+
+/// Checks that `r` failed with one of `codes` (for contracts that leave the exact code
+/// open) and mentions every string of `mentions`.
+template <class T>
+void check_error_in(const tensorfetch::Result<T>& r,
+                    std::initializer_list<tensorfetch::ErrorCode> codes,
+                    std::initializer_list<std::string_view> mentions) {
+  if (r.has_value()) {
+    FAIL_CHECK("expected an error, but the call succeeded");
+    return;
+  }
+  INFO("error message: " << r.error().message);
+  INFO("error code: " << tensorfetch::to_string(r.error().code));
+  bool found = false;
+  for (auto c : codes) found = found || c == r.error().code;
+  CHECK(found);
+  for (std::string_view m : mentions) {
+    CHECK_THAT(r.error().message, Catch::Matchers::Contains(std::string(m)));
+  }
+}
+
+}  // namespace tftest
+
+/// CHECK_ERROR(result, ErrorCode::X, "mention", ...): the call failed with exactly X and the
+/// message names each mention.
+#define CHECK_ERROR(result, code, ...)                                   \
+  do {                                                                   \
+    INFO("checked at " << __FILE__ << ":" << __LINE__);                  \
+    ::tftest::check_error((result), (code), {__VA_ARGS__});              \
+  } while (false)
+
+/// CHECK_ERROR_IN(result, ErrorCode::A, ErrorCode::B, ...): failed with one of the codes
+/// (for contracts that leave the exact code open).
+#define CHECK_ERROR_IN(result, ...)                                      \
+  do {                                                                   \
+    INFO("checked at " << __FILE__ << ":" << __LINE__);                  \
+    ::tftest::check_error_in((result), {__VA_ARGS__}, {});               \
+  } while (false)

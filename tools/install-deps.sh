@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tensorfetch needs (only those missing), with apt-get.
+# Usage: tools/install-deps.sh [--fuzz]   (--fuzz adds clang and libFuzzer for fuzz targets)
+set -euo pipefail
+
+packages=(
+  meson ninja-build pkg-config g++            # build
+  libsimdjson-dev nlohmann-json3-dev          # JSON: parse headers (simdjson), emit JSON (nlohmann)
+  libcli11-dev                                # CLI parsing
+  libexpected-dev                             # tl::expected, the Result<T> of the public API
+  libssl-dev libcurl4-openssl-dev             # hashes/TLS (OpenSSL), HTTP (libcurl)
+  catch2 libcpp-httplib-dev                   # tests: Catch2 v2, cpp-httplib test server
+)
+if [[ "${1:-}" == "--fuzz" ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)     # libFuzzer + sanitizer runtimes
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} == 0 )); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

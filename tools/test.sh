@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds from scratch and runs every test: the unit and CLI suites
+# with warnings as errors, again under AddressSanitizer + UndefinedBehaviorSanitizer, and a
+# short smoke run of every libFuzzer target. Ends with one line: "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh --fuzz || exit 1
+
+passed=0 failed=0
+run_suite() {  # NAME BUILD_DIR MESON_TEST_ARGS...
+  local name=$1 dir=$2; shift 2
+  echo "=== $name"
+  meson test -C "$dir" --print-errorlogs "$@"
+  local log="$dir/meson-logs/testlog.json"
+  if [[ -f $log ]]; then
+    local p f
+    p=$(grep -c '"result": "OK"' "$log" || true)
+    f=$(grep -c '"result": "\(FAIL\|TIMEOUT\|ERROR\|UNEXPECTEDPASS\)"' "$log" || true)
+    passed=$((passed + p)); failed=$((failed + f))
+    echo "--- $name: $p passed, $f failed"
+  else
+    failed=$((failed + 1))
+  fi
+}
+build() {  # DIR MESON_SETUP_ARGS...
+  local dir=$1; shift
+  rm -rf "$dir"
+  if ! { meson setup "$dir" "$@" >/dev/null && ninja -C "$dir"; }; then
+    echo "=== build $dir FAILED"; failed=$((failed + 1)); return 1
+  fi
+}
+
+# 1. Warnings as errors, every suite.
+build build-ci --werror -Dbench=true && run_suite "warnings-as-errors" build-ci
+
+# 2. AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test).
+build build-asan --werror -Dbench=false -Db_sanitize=address,undefined \
+  -Dcpp_args=-fno-sanitize-recover=all -Dcpp_link_args=-fno-sanitize-recover=all &&
+  run_suite "asan+ubsan" build-asan --timeout-multiplier 4
+
+# 3. libFuzzer targets (clang), a short run of each from the seed corpus.
+CXX=clang++-14 build build-fuzz -Dfuzz=true -Dtests=false -Dbench=false \
+  -Db_sanitize=address,undefined -Db_lundef=false &&
+  run_suite "fuzz smoke" build-fuzz --suite fuzz
+
+echo
+echo "${passed} passed, ${failed} failed"
+(( failed == 0 ))
