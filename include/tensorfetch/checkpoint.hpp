@@ -22,9 +22,35 @@ namespace tensorfetch {
 
 /// One safetensors file of a checkpoint. A plain value owned by its `Checkpoint`.
 struct CheckpointFile {
-  std::string path;                 ///< as located (local path), relative names for shards
+  std::string path;                 ///< name relative to the checkpoint (repo path, shard name)
   std::uint64_t size = 0;           ///< file size in bytes
-  std::optional<std::string> etag;  ///< the server's ETag (remote files only)
+  std::optional<std::string> etag;  ///< remote files: the pinned ETag (the sha256 for Hub LFS files)
+  std::string url;                  ///< remote files: where byte ranges are read (after redirects)
+};
+
+/// How to open a checkpoint. Defaults come from the environment, as the Hugging Face tools
+/// read it. A plain value.
+struct OpenOptions {
+  /// Hub endpoint; empty: `$HF_ENDPOINT`, else `https://huggingface.co`.
+  std::string endpoint;
+  /// Access token; unset: `$HF_TOKEN`, else the file `$HF_HOME/token` (HF_HOME defaults to
+  /// `~/.cache/huggingface`). Sent as `Authorization: Bearer` to the endpoint host only.
+  std::optional<std::string> token;
+  /// CA bundle for TLS; empty: `$CURL_CA_BUNDLE`, else the system's. Verification is always on.
+  std::string ca_file;
+  /// Bytes asked for by the first range request of each file (W); a second request follows only
+  /// when the header is larger.
+  std::uint64_t header_window = 256 << 10;
+  /// Parallel HTTP transfers.
+  std::size_t connections = 16;
+  /// Retries of a failed request (429, 5xx, dropped or stalled connection).
+  int max_retries = 5;
+  /// First retry backoff in milliseconds (doubles, jittered).
+  long retry_backoff_ms = 250;
+  /// A transfer that receives nothing for this long is retried.
+  long stall_timeout_ms = 30'000;
+  /// Connect (TCP + TLS) timeout.
+  long connect_timeout_ms = 10'000;
 };
 
 /// A tensor of a checkpoint: its header entry and the file that holds it.
@@ -74,8 +100,10 @@ struct WriteOptions {
 /// Move-only; views handed out stay valid until the object is destroyed.
 class Checkpoint {
  public:
-  /// Opens and validates a local checkpoint. Files are mapped read-only.
-  [[nodiscard]] static Result<Checkpoint> open(std::string_view location);
+  /// Opens and validates a checkpoint: local files are mapped read-only; remote ones (Hub repos,
+  /// http(s) URLs of a file or an index) are read from their headers alone, in the fewest
+  /// round trips: one range request per file, all files at once.
+  [[nodiscard]] static Result<Checkpoint> open(std::string_view location, const OpenOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
@@ -87,6 +115,14 @@ class Checkpoint {
   [[nodiscard]] bool sharded() const noexcept;
   /// The index, when sharded.
   [[nodiscard]] const std::optional<ShardIndex>& index() const noexcept;
+  /// True when the files are remote (no bytes are mapped locally).
+  [[nodiscard]] bool remote() const noexcept;
+  /// The commit the Hub named (`X-Repo-Commit`) and every file was read at, if any.
+  [[nodiscard]] const std::optional<std::string>& commit() const noexcept;
+  /// The repo's `config.json`, when there is one (Hub repos and directories).
+  [[nodiscard]] const std::optional<std::string>& config_json() const noexcept;
+  /// Requests sent while opening (remote: every hop and retry; local: 0).
+  [[nodiscard]] std::uint64_t requests() const noexcept;
   /// The safetensors files, in index order (one for a single file).
   [[nodiscard]] const std::vector<CheckpointFile>& files() const noexcept;
   /// Header of file `i`.

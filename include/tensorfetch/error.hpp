@@ -39,7 +39,11 @@ enum class ErrorCode {
   NotFound,           ///< a local file, or a tensor name, that does not exist
   Io,                 ///< a local read or write failed
   // --- network or remote (exit 3) ---
-  Network,            ///< a remote error (reserved for the network layers)
+  Network,            ///< connection, TLS, timeout or protocol failure (after retries)
+  RemoteNotFound,     ///< repo, revision or file not found on the server
+  Unauthorized,       ///< 401/403 or a gated repo: a token is missing or not accepted
+  RateLimited,        ///< 429 (or 503) still answered after every retry
+  BadResponse,        ///< a response that breaks the protocol (wrong Content-Range, too long)
   // --- integrity (exit 4) ---
   Integrity,          ///< a hash mismatch, or the source changed during the read
 };

@@ -75,6 +75,10 @@ const std::optional<ShardIndex>& Checkpoint::index() const noexcept { return imp
 const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->files; }
 const Header& Checkpoint::header(std::size_t file) const { return impl_->headers.at(file); }
 const std::vector<TensorRef>& Checkpoint::tensors() const noexcept { return impl_->tensors; }
+bool Checkpoint::remote() const noexcept { return impl_->remote; }
+const std::optional<std::string>& Checkpoint::commit() const noexcept { return impl_->commit; }
+const std::optional<std::string>& Checkpoint::config_json() const noexcept { return impl_->config_json; }
+std::uint64_t Checkpoint::requests() const noexcept { return impl_->requests; }
 
 const TensorRef* Checkpoint::find(std::string_view name) const {
   auto it = impl_->by_name.find(name);
@@ -133,16 +137,10 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
 
 }  // namespace
 
-Result<Checkpoint> Checkpoint::open(std::string_view location_view) {
-  std::string location(location_view);
-  if (detail::classify_location(location) != detail::LocationKind::Local) {
-    return fail(ErrorCode::InvalidArgument,
-                location + ": remote locations (http://, https://, hf://) are not supported by "
-                           "this build; give a local file or directory");
-  }
-  auto impl = std::make_unique<Impl>();
-  impl->location = location;
+namespace {
 
+// Opens a local file, index or directory into `impl`.
+Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
   std::string path = location;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (is_directory(path)) {
@@ -159,6 +157,10 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view) {
                   path + ": directory holds no model.safetensors, "
                          "model.safetensors.index.json or diffusers checkpoint");
     }
+    // config.json beside the checkpoint, for quantization rules.
+    if (auto cfg = detail::MappedFile::open(path + "/config.json"); cfg && cfg->size() <= (16u << 20)) {
+      impl.config_json = std::string(reinterpret_cast<const char*>(cfg->bytes().data()), cfg->size());
+    }
     path = found;
   } else if (!is_regular_file(path)) {
     struct stat st {};
@@ -169,52 +171,78 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view) {
   }
 
   auto [dir, name] = split_dir(path);
-  impl->root = dir;
+  impl.root = dir;
   if (detail::is_index_path(name)) {
-    impl->index_name = name;
+    impl.index_name = name;
     auto map = detail::MappedFile::open(path);
     if (!map) return fail(map.error());
     auto index = parse_index(map->bytes());
     if (!index) return fail(index.error().with_context(path));
-    impl->index = std::move(*index);
-    for (const auto& shard : impl->index->shards) {
-      impl->files.push_back(CheckpointFile{shard, 0, std::nullopt});
-      if (!is_regular_file(impl->local_path(impl->files.size() - 1))) {
+    impl.index = std::move(*index);
+    for (const auto& shard : impl.index->shards) {
+      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, {}});
+      if (!is_regular_file(impl.local_path(impl.files.size() - 1))) {
         return fail(ErrorCode::IndexMismatch, path + ": names shard " + quote_name(shard) +
                                                   ", which does not exist at " +
-                                                  impl->local_path(impl->files.size() - 1));
+                                                  impl.local_path(impl.files.size() - 1));
       }
     }
   } else {
-    impl->files.push_back(CheckpointFile{name, 0, std::nullopt});
+    impl.files.push_back(CheckpointFile{name, 0, std::nullopt, {}});
   }
-  impl->maps.resize(impl->files.size());
-  impl->headers.resize(impl->files.size());
+  impl.maps.resize(impl.files.size());
+  impl.headers.resize(impl.files.size());
   HeaderParser parser;  // one for every shard: its buffers are reused
-  for (std::size_t i = 0; i < impl->files.size(); ++i) {
-    if (auto r = load_file(*impl, i, parser); !r) return fail(r.error());
+  for (std::size_t i = 0; i < impl.files.size(); ++i) {
+    if (auto r = load_file(impl, i, parser); !r) return fail(r.error());
   }
-  if (impl->index) {
-    if (auto r = check_index_matches(*impl); !r) return fail(r.error());
-  }
+  return {};
+}
 
-  std::size_t count = 0;
-  for (const auto& h : impl->headers) count += h.tensors().size();
-  impl->tensors.reserve(count);
-  for (std::size_t f = 0; f < impl->headers.size(); ++f) {
-    for (const auto& t : impl->headers[f].tensors()) impl->tensors.push_back(TensorRef{&t, f});
+}  // namespace
+
+Result<void> Checkpoint::Impl::finish_open() {
+  if (index) {
+    if (auto r = check_index_matches(*this); !r) return fail(r.error());
   }
-  std::sort(impl->tensors.begin(), impl->tensors.end(), [](const TensorRef& a, const TensorRef& b) {
+  std::size_t count = 0;
+  for (const auto& h : headers) count += h.tensors().size();
+  tensors.reserve(count);
+  for (std::size_t f = 0; f < headers.size(); ++f) {
+    for (const auto& t : headers[f].tensors()) tensors.push_back(TensorRef{&t, f});
+  }
+  std::sort(tensors.begin(), tensors.end(), [](const TensorRef& a, const TensorRef& b) {
     return natural_less(a.info->name, b.info->name);
   });
-  impl->by_name.reserve(count);
-  for (std::size_t i = 0; i < impl->tensors.size(); ++i) {
-    impl->by_name.emplace(impl->tensors[i].info->name, i);
+  by_name.reserve(count);
+  for (std::size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].info->name, i);
+  return {};
+}
+
+Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOptions& options) {
+  std::string location(location_view);
+  auto impl = std::make_unique<Impl>();
+  impl->location = location;
+  struct stat st {};
+  const bool exists = ::stat(location.c_str(), &st) == 0;
+  auto parsed = detail::parse_location(location, exists);
+  if (!parsed) return fail(parsed.error());
+  if (parsed->kind == detail::LocationKind::Local) {
+    if (auto r = open_local(*impl, location); !r) return fail(r.error());
+  } else {
+    impl->remote = true;
+    if (auto r = open_remote(*impl, location, options); !r) return fail(r.error());
   }
+  if (auto r = impl->finish_open(); !r) return fail(r.error());
   return Checkpoint(std::move(impl));
 }
 
 Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
+  if (impl_->remote) {
+    return fail(ErrorCode::InvalidArgument,
+                impl_->location + ": tensor data of a remote checkpoint is not local; this build "
+                                  "reads remote headers only (inspect)");
+  }
   if (tensor.file >= impl_->maps.size() || tensor.info == nullptr) {
     return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
   }

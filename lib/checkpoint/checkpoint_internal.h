@@ -12,6 +12,10 @@
 
 namespace tensorfetch {
 
+/// Opens a remote checkpoint (Hub repo or http(s) URL) into `impl`. In remote.cc.
+[[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
+                                       const OpenOptions& options);
+
 struct Checkpoint::Impl {
   std::string location;                          // as given
   std::string root;                              // directory the file names are relative to
@@ -22,6 +26,13 @@ struct Checkpoint::Impl {
   std::vector<Header> headers;                   // one per file
   std::vector<TensorRef> tensors;                // natural name order
   std::unordered_map<std::string_view, std::size_t> by_name;  // into tensors
+  bool remote = false;
+  std::optional<std::string> commit;             // X-Repo-Commit
+  std::optional<std::string> config_json;        // config.json, when found
+  std::uint64_t requests = 0;                    // HTTP requests sent by open
+
+  /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
+  [[nodiscard]] Result<void> finish_open();
 
   [[nodiscard]] std::string local_path(std::size_t file) const {
     return root.empty() ? files[file].path : root + "/" + files[file].path;

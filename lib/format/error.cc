@@ -28,6 +28,10 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::NotFound: return "NotFound";
     case ErrorCode::Io: return "Io";
     case ErrorCode::Network: return "Network";
+    case ErrorCode::RemoteNotFound: return "RemoteNotFound";
+    case ErrorCode::Unauthorized: return "Unauthorized";
+    case ErrorCode::RateLimited: return "RateLimited";
+    case ErrorCode::BadResponse: return "BadResponse";
     case ErrorCode::Integrity: return "Integrity";
   }
   return "Unknown";
@@ -54,6 +58,10 @@ int exit_code(ErrorCode code) noexcept {
     case ErrorCode::IndexMismatch:
       return 2;
     case ErrorCode::Network:
+    case ErrorCode::RemoteNotFound:
+    case ErrorCode::Unauthorized:
+    case ErrorCode::RateLimited:
+    case ErrorCode::BadResponse:
       return 3;
     case ErrorCode::Integrity:
       return 4;

@@ -2,13 +2,207 @@
 #include "hub/location.h"
 
 #include <array>
+#include <cctype>
+
+#include "tensorfetch/index.hpp"
 
 namespace tensorfetch::detail {
+
+namespace {
+
+bool repo_part_ok(std::string_view s) {
+  if (s.empty() || s.size() > 96 || s == "." || s == "..") return false;
+  for (char c : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+  }
+  return true;
+}
+
+Result<void> bad(std::string_view text, const std::string& why) {
+  return fail(ErrorCode::InvalidArgument, "location '" + std::string(text) + "': " + why);
+}
+
+int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+// Parses what follows hf:// (or a bare ORG/NAME[@REV][/PATH]).
+Result<HubRef> parse_hub(std::string_view text, std::string_view rest) {
+  HubRef ref;
+  if (rest.starts_with("datasets/")) {
+    ref.dataset = true;
+    rest.remove_prefix(9);
+  } else if (rest.starts_with("models/")) {
+    rest.remove_prefix(7);
+  }
+  auto slash = rest.find('/');
+  if (slash == std::string_view::npos) return fail(bad(text, "expected ORG/NAME").error());
+  std::string_view org = rest.substr(0, slash);
+  rest.remove_prefix(slash + 1);
+  // NAME runs to '@' (revision) or '/' (path).
+  auto end = rest.find_first_of("@/");
+  std::string_view name = rest.substr(0, end);
+  rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+  if (!repo_part_ok(org) || !repo_part_ok(name)) {
+    return fail(bad(text, "'" + std::string(org) + "/" + std::string(name) +
+                              "' is not a valid repo id (letters, digits, '-', '_', '.')").error());
+  }
+  ref.repo_id = std::string(org) + "/" + std::string(name);
+  if (rest.starts_with("@")) {
+    rest.remove_prefix(1);
+    std::size_t len;
+    if (rest.starts_with("refs/pr/") || rest.starts_with("refs/convert/")) {
+      // Revisions with slashes: refs/pr/N, refs/convert/NAME.
+      auto third = rest.find('/', rest.find('/', 5) + 1);
+      len = third == std::string_view::npos ? rest.size() : third;
+    } else {
+      len = std::min(rest.find('/'), rest.size());
+    }
+    ref.revision = percent_decode(rest.substr(0, len));
+    rest.remove_prefix(len);
+    if (ref.revision.empty()) return fail(bad(text, "empty revision after '@'").error());
+    for (char c : ref.revision) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return fail(bad(text, "control character in the revision").error());
+      }
+    }
+  }
+  if (rest.starts_with("/")) rest.remove_prefix(1);
+  if (!rest.empty()) {
+    if (auto r = check_shard_name(rest); !r) {
+      return fail(bad(text, "path in the repo: " + r.error().message).error());
+    }
+    ref.path = std::string(rest);
+  }
+  return ref;
+}
+
+// A bare ORG/NAME (optionally @REV and /PATH) that could be a repo id.
+bool looks_like_repo(std::string_view text) {
+  if (text.empty() || text.front() == '/' || text.front() == '.' || text.front() == '~') return false;
+  auto slash = text.find('/');
+  if (slash == std::string_view::npos) return false;
+  return repo_part_ok(text.substr(0, slash));
+}
+
+}  // namespace
 
 LocationKind classify_location(std::string_view location) noexcept {
   if (location.starts_with("http://") || location.starts_with("https://")) return LocationKind::Http;
   if (location.starts_with("hf://")) return LocationKind::Hub;
   return LocationKind::Local;
+}
+
+Result<Location> parse_location(std::string_view text, bool local_exists) {
+  Location loc;
+  loc.text = std::string(text);
+  if (text.empty()) return fail(bad(text, "empty").error());
+  switch (classify_location(text)) {
+    case LocationKind::Http: {
+      loc.kind = LocationKind::Http;
+      loc.url = std::string(text);
+      if (url_authority(text).empty()) return fail(bad(text, "URL without a host").error());
+      return loc;
+    }
+    case LocationKind::Hub: {
+      auto hub = parse_hub(text, text.substr(5));
+      if (!hub) return fail(hub.error());
+      loc.kind = LocationKind::Hub;
+      loc.hub = std::move(*hub);
+      return loc;
+    }
+    case LocationKind::Local:
+      break;
+  }
+  if (!local_exists && looks_like_repo(text)) {
+    auto hub = parse_hub(text, text);
+    if (hub) {
+      loc.kind = LocationKind::Hub;
+      loc.hub = std::move(*hub);
+      return loc;
+    }
+  }
+  loc.kind = LocationKind::Local;
+  loc.path = std::string(text);
+  return loc;
+}
+
+std::string percent_encode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += c;
+    } else {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+std::string encode_path(std::string_view path) {
+  std::string out;
+  std::size_t start = 0;
+  while (true) {
+    auto slash = path.find('/', start);
+    out += percent_encode(path.substr(start, slash == std::string_view::npos ? path.npos : slash - start));
+    if (slash == std::string_view::npos) break;
+    out += '/';
+    start = slash + 1;
+  }
+  return out;
+}
+
+std::string resolve_url(std::string_view endpoint, const HubRef& repo, std::string_view revision,
+                        std::string_view path) {
+  std::string url(endpoint);
+  while (!url.empty() && url.back() == '/') url.pop_back();
+  url += '/';
+  if (repo.dataset) url += "datasets/";
+  url += repo.repo_id;
+  url += "/resolve/";
+  url += percent_encode(revision);
+  url += '/';
+  url += encode_path(path);
+  return url;
+}
+
+std::string sibling_url(std::string_view base_url, std::string_view relative) {
+  std::string_view base = base_url.substr(0, base_url.find_first_of("?#"));
+  auto slash = base.rfind('/');
+  return std::string(base.substr(0, slash + 1)) + encode_path(relative);
+}
+
+std::string url_authority(std::string_view url) {
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return {};
+  auto host_start = scheme_end + 3;
+  auto host_end = url.find_first_of("/?#", host_start);
+  std::string_view authority = url.substr(host_start, host_end == std::string_view::npos ? url.npos : host_end - host_start);
+  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+  if (authority.empty()) return {};
+  std::string out(url.substr(0, host_start));
+  for (char c : authority) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
 }
 
 std::span<const std::string_view> checkpoint_candidates() noexcept {

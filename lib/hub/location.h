@@ -1,23 +1,66 @@
 // SPDX-License-Identifier: Apache-2.0
-// Private: what a location string names, and where a directory's checkpoint lives.
-// Pure; no I/O.
+// Private: what a location string names, resolve URLs, and where a checkpoint lives in a
+// directory or repo. Pure; no I/O.
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string>
 #include <string_view>
+
+#include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
 
 /// The kinds of location a user may give.
 enum class LocationKind {
   Local,  ///< a path on this machine
-  Http,   ///< http:// or https://
-  Hub,    ///< hf://ORG/NAME... (a bare ORG/NAME that is not a local path is also the Hub)
+  Http,   ///< http:// or https:// URL of a .safetensors file or an index
+  Hub,    ///< a Hugging Face Hub repo: hf://ORG/NAME[@REV][/PATH] or a bare ORG/NAME
 };
 
-/// Classifies a location by its form alone (a bare `ORG/NAME` counts as Local here; the
-/// caller decides after looking at the disk).
+/// A Hub repo and what in it.
+struct HubRef {
+  bool dataset = false;              ///< hf://datasets/...
+  std::string repo_id;               ///< ORG/NAME
+  std::string revision = "main";     ///< branch, tag, commit or refs/pr/N (decoded)
+  std::optional<std::string> path;   ///< file in the repo, if given
+};
+
+/// A parsed location. A plain value.
+struct Location {
+  LocationKind kind = LocationKind::Local;
+  std::string text;  ///< as given
+  std::string path;  ///< Local: the path
+  std::string url;   ///< Http: the URL
+  HubRef hub;        ///< Hub: the repo
+};
+
+/// Parses a location. `local_exists(text)` tells whether a bare `ORG/NAME` names something on
+/// disk (then it is a local path). Errors (`InvalidArgument`) name the location and the part
+/// that is wrong: an unsafe path, an invalid repo id, an empty revision.
+[[nodiscard]] Result<Location> parse_location(std::string_view text, bool local_exists);
+
+/// Classifies a location by its form alone.
 [[nodiscard]] LocationKind classify_location(std::string_view location) noexcept;
+
+/// `{endpoint}/[datasets/]{repo}/resolve/{encoded revision}/{encoded path}`; each path segment
+/// percent-encoded, the revision encoded whole (`refs/pr/1` -> `refs%2Fpr%2F1`).
+[[nodiscard]] std::string resolve_url(std::string_view endpoint, const HubRef& repo,
+                                      std::string_view revision, std::string_view path);
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+[[nodiscard]] std::string percent_encode(std::string_view s);
+
+/// Percent-encodes each `/`-separated segment of a relative path.
+[[nodiscard]] std::string encode_path(std::string_view path);
+
+/// The URL of `relative` (a shard named by an index) next to `base_url` (the index's URL):
+/// the base's directory (query and fragment dropped) plus the encoded relative path.
+[[nodiscard]] std::string sibling_url(std::string_view base_url, std::string_view relative);
+
+/// The scheme://host[:port] of a URL, lower-cased host; empty if it has none.
+[[nodiscard]] std::string url_authority(std::string_view url);
 
 /// Files that make a directory (or repo without PATH) a checkpoint, in order of preference:
 /// `model.safetensors`, `model.safetensors.index.json`, then the diffusers layouts.

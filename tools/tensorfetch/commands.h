@@ -2,6 +2,7 @@
 // The CLI's subcommands. Each returns the process exit code (DESIGN.md, CLI contract).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
@@ -11,14 +12,16 @@ namespace tensorfetch::cli {
 
 /// Options of `tensorfetch inspect`.
 struct InspectOptions {
-  std::string location;  ///< file, directory or index
+  std::string location;  ///< file, directory, index, URL or Hub repo
   bool json = false;     ///< print the documented JSON object
   bool all = false;      ///< list every tensor instead of grouping repeated layers
+  OpenOptions open;      ///< endpoint, CA bundle, window, connections
 };
 
 /// Options of `tensorfetch get`.
 struct GetOptions {
-  std::string location;               ///< file, directory or index
+  std::string location;               ///< file, directory, index, URL or Hub repo
+  OpenOptions open;                   ///< endpoint, CA bundle, window, connections
   std::vector<std::string> patterns;  ///< names or globs, each optionally NAME[SLICE]
   std::vector<std::string> slices;    ///< --slice 'NAME[...]'
   std::string output;                 ///< -o: a file, or a directory (ends in '/' or exists)
@@ -33,5 +36,8 @@ int run_get(const GetOptions& options);
 
 /// Prints `tensorfetch: error: MESSAGE` and returns the exit code for the error.
 int report(const Error& error);
+
+/// Adds the options shared by commands that open a location (--endpoint, --cacert, ...).
+void add_open_options(CLI::App& command, OpenOptions& options);
 
 }  // namespace tensorfetch::cli

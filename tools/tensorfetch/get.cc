@@ -49,7 +49,7 @@ int run_get(const GetOptions& options) {
   if (options.output.empty()) {
     return report(Error{ErrorCode::InvalidArgument, "-o/--output must name a file or directory"});
   }
-  auto ckpt = Checkpoint::open(options.location);
+  auto ckpt = Checkpoint::open(options.location, options.open);
   if (!ckpt) return report(ckpt.error());
   auto sels = selectors(*ckpt, options);
   if (!sels) return report(sels.error());

@@ -205,6 +205,8 @@ void print_json(const Checkpoint& ckpt) {
   for (const auto& [dtype, n] : t.parameters) params[std::string(to_string(dtype))] = n;
   out["total_parameters"] = t.total_parameters;
   out["total_bytes"] = t.total_bytes;
+  if (ckpt.commit()) out["commit"] = *ckpt.commit();
+  if (ckpt.remote()) out["requests"] = ckpt.requests();
   if (const auto& index = ckpt.index()) {
     ordered_json im = ordered_json::object();
     if (index->total_size) im["total_size"] = *index->total_size;
@@ -264,6 +266,8 @@ void print_table(const Checkpoint& ckpt, bool all) {
     claim("total_parameters", index->total_parameters, t.total_parameters);
     claim("total_size", index->total_size, t.total_bytes);
   }
+  if (ckpt.commit()) os << "commit       " << *ckpt.commit() << '\n';
+  if (ckpt.remote()) os << "requests     " << ckpt.requests() << " (HTTP, to read every header)\n";
   const auto& md = ckpt.header(0).metadata;
   os << "metadata     ";
   if (!md || md->empty()) {
@@ -284,7 +288,7 @@ int report(const Error& error) {
 }
 
 int run_inspect(const InspectOptions& options) {
-  auto ckpt = Checkpoint::open(options.location);
+  auto ckpt = Checkpoint::open(options.location, options.open);
   if (!ckpt) return report(ckpt.error());
   if (options.json) {
     print_json(*ckpt);

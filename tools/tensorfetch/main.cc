@@ -6,6 +6,22 @@
 
 #include "commands.h"
 
+namespace tensorfetch::cli {
+
+void add_open_options(CLI::App& command, OpenOptions& options) {
+  command.add_option("--endpoint", options.endpoint, "Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)");
+  command.add_option("--cacert", options.ca_file, "CA bundle for TLS (default: $CURL_CA_BUNDLE or the system's)");
+  command.add_option("--window", options.header_window,
+                     "Bytes asked for by the first range request of each file (default 262144)")
+      ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
+  command.add_option("--connections", options.connections, "Parallel HTTP transfers (default 16)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
+  command.add_option("--retries", options.max_retries, "Retries of a failed request (default 5)")
+      ->check(CLI::Range(0, 100));
+}
+
+}  // namespace tensorfetch::cli
+
 int main(int argc, char** argv) {
   using namespace tensorfetch::cli;
   CLI::App app{"tensorfetch: read safetensors checkpoints where they live, without downloading them whole"};
@@ -20,10 +36,12 @@ int main(int argc, char** argv) {
   auto* inspect_cmd = app.add_subcommand(
       "inspect", "List a checkpoint's tensors (name, dtype, shape, size, file) and totals, from headers alone");
   inspect_cmd->add_option("location", inspect.location,
-                          "A .safetensors file, a *.safetensors.index.json, or a directory")
+                          "A .safetensors file, a *.safetensors.index.json, a directory, an http(s) URL of either, "
+                          "or a Hub repo: hf://ORG/NAME[@REV][/PATH] or ORG/NAME")
       ->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object (see DESIGN.md, CLI contract)");
   inspect_cmd->add_flag("--all", inspect.all, "List every tensor; by default long listings group repeated layers");
+  add_open_options(*inspect_cmd, inspect.open);
 
   GetOptions get;
   auto* get_cmd = app.add_subcommand(
@@ -40,6 +58,7 @@ int main(int argc, char** argv) {
                       "source shard plus an index")
       ->required();
   get_cmd->add_flag("-q,--quiet", get.quiet, "No summary on stderr");
+  add_open_options(*get_cmd, get.open);
 
   try {
     app.parse(argc, argv);

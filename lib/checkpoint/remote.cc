@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: Apache-2.0
+// Opening a remote checkpoint from its headers alone, in the fewest round trips:
+//  1. a repo: the single-file candidate (first W bytes), the index and config.json at once;
+//     a URL: the file's first W bytes, or the index;
+//  2. every shard's first W bytes at once, at the commit the first response named;
+//  3. only for headers larger than W: the rest of those headers, at once.
+// No HEAD: sizes come from Content-Range. Redirects are followed one hop at a time so that the
+// token goes to the endpoint host only, and the CDN URL is kept for later range requests.
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/checkpoint_internal.h"
+#include "format/json_internal.h"
+#include "hub/location.h"
+#include "net/http_client.h"
+
+namespace tensorfetch {
+
+using detail::HttpRequest;
+using detail::HttpResponse;
+using detail::quote_name;
+
+namespace {
+
+constexpr std::uint64_t kMaxConfigSize = 16 << 20;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+// HF_TOKEN, else $HF_HOME/token (HF_HOME defaults to ~/.cache/huggingface).
+std::string find_token() {
+  if (auto t = env("HF_TOKEN"); !t.empty()) return t;
+  std::string home = env("HF_HOME");
+  if (home.empty()) {
+    std::string user_home = env("HOME");
+    if (user_home.empty()) return {};
+    home = user_home + "/.cache/huggingface";
+  }
+  std::ifstream f(home + "/token");
+  std::string token;
+  std::getline(f, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  return token;
+}
+
+std::string header_or(const detail::Headers& h, const char* name, std::string fallback = {}) {
+  auto it = h.find(name);
+  return it == h.end() ? fallback : it->second;
+}
+
+// The value of a header on the final response or, failing that, on any redirect hop.
+std::string find_header(const HttpResponse& r, const char* name) {
+  if (auto v = header_or(r.headers, name); !v.empty()) return v;
+  for (auto it = r.redirects.rbegin(); it != r.redirects.rend(); ++it) {
+    if (auto v = header_or(it->headers, name); !v.empty()) return v;
+  }
+  return {};
+}
+
+struct Remote {
+  Checkpoint::Impl& impl;
+  const OpenOptions& options;
+  detail::HttpClient client;
+  std::string endpoint;
+  std::string token;
+  std::string token_authority;
+  detail::Location location;
+
+  HttpRequest request(std::string url, std::optional<ByteRange> range, std::uint64_t max_body) const {
+    HttpRequest r;
+    r.url = std::move(url);
+    r.range = range;
+    r.max_body = max_body;
+    r.bearer_token = token;
+    r.token_authority = token_authority;
+    return r;
+  }
+
+  std::string repo_text() const {
+    return (location.hub.dataset ? "dataset " : "") + location.hub.repo_id;
+  }
+
+  // Maps a non-success response to an error that names what was asked and what to do.
+  Error response_error(const HttpResponse& r, const std::string& what) const {
+    const std::string code = header_or(r.headers, "x-error-code");
+    const std::string where = what + " (" + r.url + ")";
+    const std::string status = "HTTP " + std::to_string(r.status);
+    if (code == "RepoNotFound") {
+      return {ErrorCode::RemoteNotFound,
+              "repository " + repo_text() + " not found (" + status +
+                  "); if it is private, set HF_TOKEN: " + where};
+    }
+    if (code == "RevisionNotFound") {
+      return {ErrorCode::RemoteNotFound, "revision '" + location.hub.revision + "' not found in " +
+                                             repo_text() + " (" + status + "): " + where};
+    }
+    if (code == "EntryNotFound") {
+      return {ErrorCode::RemoteNotFound, "file not found (" + status + "): " + where};
+    }
+    if (code == "GatedRepo") {
+      return {ErrorCode::Unauthorized,
+              repo_text() + " is gated (" + status +
+                  "): accept its conditions on the Hub, then set HF_TOKEN to a token of that "
+                  "account: " + where};
+    }
+    if (r.status == 401 || r.status == 403) {
+      return {ErrorCode::Unauthorized,
+              status + (token.empty() ? ": authentication required; set HF_TOKEN (or $HF_HOME/token): "
+                                      : ": the token was not accepted: ") + where};
+    }
+    if (r.status == 404) return {ErrorCode::RemoteNotFound, "not found (" + status + "): " + where};
+    if (r.status == 429 || r.status == 503) {
+      return {ErrorCode::RateLimited, status + " after " + std::to_string(r.attempts) +
+                                          " attempts (rate limited or unavailable): " + where};
+    }
+    if (r.status >= 500) return {ErrorCode::Network, "server error " + status + ": " + where};
+    return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
+  }
+
+  // Records the commit a response named; refuses a second, different one.
+  Result<void> note_commit(const HttpResponse& r, const std::string& what) {
+    std::string commit = find_header(r, "x-repo-commit");
+    if (commit.empty()) return {};
+    if (!impl.commit) {
+      impl.commit = commit;
+    } else if (*impl.commit != commit) {
+      return fail(ErrorCode::Integrity, what + ": the server answered at commit " + commit +
+                                            " after " + *impl.commit +
+                                            " (the revision moved during the read)");
+    }
+    return {};
+  }
+
+  // Where a file's header bytes were received: fills size, etag, url of `file`.
+  Result<std::string> file_prefix(const HttpResponse& r, CheckpointFile& file, const std::string& what) {
+    std::uint64_t size = 0;
+    if (r.status == 206) {
+      size = r.content_range->total;
+    } else if (r.status == 200) {
+      // The server ignored Range: the body is the file's first bytes, the size its length.
+      std::uint64_t length = 0;
+      std::string cl = header_or(r.headers, "content-length");
+      if (!cl.empty()) length = std::strtoull(cl.c_str(), nullptr, 10);
+      size = r.truncated ? length : r.body.size();
+      if (r.truncated && length == 0) {
+        return fail(ErrorCode::BadResponse, what + ": the server ignored Range and sent no Content-Length (" +
+                                                r.url + ")");
+      }
+    } else if (r.status == 416) {
+      return fail(ErrorCode::FileTooSmall, what + ": the file is empty (HTTP 416 for bytes=0-)");
+    } else {
+      return fail(response_error(r, what));
+    }
+    std::string linked_size = find_header(r, "x-linked-size");
+    if (!linked_size.empty() && std::strtoull(linked_size.c_str(), nullptr, 10) != size) {
+      return fail(ErrorCode::BadResponse, what + ": X-Linked-Size " + linked_size +
+                                              " disagrees with the size " + std::to_string(size) +
+                                              " the download reported (" + r.url + ")");
+    }
+    file.size = size;
+    std::string etag = find_header(r, "x-linked-etag");
+    if (etag.empty()) etag = header_or(r.headers, "etag");
+    if (!etag.empty()) file.etag = etag;
+    file.url = r.url;
+    if (auto c = note_commit(r, what); !c) return fail(c.error());
+    return r.body;
+  }
+
+  std::uint64_t window() const { return std::max<std::uint64_t>(options.header_window, 64); }
+
+  // Reads and parses the headers of every file in impl.files, whose `url` fields hold the
+  // URLs to ask (resolve URLs or direct URLs). `prefixes` may already hold first bytes.
+  Result<void> load_headers(std::vector<std::optional<std::string>> prefixes) {
+    const std::size_t n = impl.files.size();
+    prefixes.resize(n);
+    // Round: the first W bytes of every file not yet read.
+    std::vector<HttpRequest> reqs;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (prefixes[i]) continue;
+      reqs.push_back(request(impl.files[i].url, ByteRange{0, window()}, window()));
+      which.push_back(i);
+    }
+    auto results = client.perform(reqs);
+    for (std::size_t k = 0; k < which.size(); ++k) {
+      const std::size_t i = which[k];
+      const std::string what = impl.files[i].path;
+      if (!results[k]) return fail(results[k].error().with_context(what));
+      auto prefix = file_prefix(*results[k], impl.files[i], what);
+      if (!prefix) return fail(prefix.error());
+      prefixes[i] = std::move(*prefix);
+    }
+    // Round: the rest of the headers larger than W, at once.
+    reqs.clear();
+    which.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& bytes = *prefixes[i];
+      auto size = parse_header_size(std::as_bytes(std::span(bytes)), impl.files[i].size);
+      if (!size) return fail(size.error().with_context(impl.files[i].path));
+      const std::uint64_t need = kPrefixSize + *size;
+      if (need > bytes.size()) {
+        HttpRequest r = request(impl.files[i].url, ByteRange{bytes.size(), need - bytes.size()},
+                                need - bytes.size());
+        r.if_match = impl.files[i].etag;
+        reqs.push_back(std::move(r));
+        which.push_back(i);
+      }
+    }
+    if (!reqs.empty()) {
+      results = client.perform(reqs);
+      for (std::size_t k = 0; k < which.size(); ++k) {
+        const std::size_t i = which[k];
+        const std::string what = impl.files[i].path;
+        if (!results[k]) return fail(results[k].error().with_context(what));
+        const HttpResponse& r = *results[k];
+        if (r.status != 206) {
+          return fail(r.status == 412 ? Error{ErrorCode::Integrity,
+                                              what + ": the file changed between two reads of its header "
+                                                     "(ETag no longer matches): " + r.url}
+                                      : response_error(r, what));
+        }
+        if (r.content_range->total != impl.files[i].size) {
+          return fail(ErrorCode::Integrity, what + ": the file's size changed from " +
+                                                std::to_string(impl.files[i].size) + " to " +
+                                                std::to_string(r.content_range->total) + ": " + r.url);
+        }
+        *prefixes[i] += r.body;
+      }
+    }
+    impl.headers.resize(n);
+    HeaderParser parser;
+    for (std::size_t i = 0; i < n; ++i) {
+      auto header = parser.parse_file_prefix(std::as_bytes(std::span(*prefixes[i])), impl.files[i].size);
+      if (!header) return fail(header.error().with_context(impl.files[i].path + " (" + impl.files[i].url + ")"));
+      impl.headers[i] = std::move(*header);
+    }
+    return {};
+  }
+
+  // After an index is known: shard files named relative to it.
+  Result<void> use_index(const std::string& text, const std::string& index_path,
+                         const std::function<std::string(const std::string&)>& shard_url) {
+    auto index = parse_index(std::as_bytes(std::span(text)));
+    if (!index) return fail(index.error().with_context(index_path));
+    impl.index = std::move(*index);
+    impl.index_name = index_path;
+    for (const auto& shard : impl.index->shards) {
+      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, shard_url(shard)});
+    }
+    return {};
+  }
+
+  Result<void> open_url() {
+    const std::string& url = location.url;
+    const std::string name = url.substr(0, url.find_first_of("?#")).substr(url.substr(0, url.find_first_of("?#")).rfind('/') + 1);
+    if (detail::is_index_path(name)) {
+      std::vector<HttpRequest> reqs{request(url, std::nullopt, kMaxIndexSize)};
+      auto results = client.perform(reqs);
+      if (!results[0]) return fail(results[0].error().with_context(name));
+      const HttpResponse& r = *results[0];
+      if (r.status != 200) return fail(response_error(r, name));
+      return use_index(r.body, name, [&](const std::string& shard) { return detail::sibling_url(url, shard); });
+    }
+    impl.files.push_back(CheckpointFile{name.empty() ? url : name, 0, std::nullopt, url});
+    return {};
+  }
+
+  Result<void> open_hub() {
+    const auto& hub = location.hub;
+    auto resolve = [&](const std::string& rev, const std::string& path) {
+      return detail::resolve_url(endpoint, hub, rev, path);
+    };
+    if (hub.path && !detail::is_index_path(*hub.path)) {  // one file
+      impl.files.push_back(CheckpointFile{*hub.path, 0, std::nullopt, resolve(hub.revision, *hub.path)});
+      return {};
+    }
+    // Round 1: candidates at once (the index given, or the single file, the index, config.json).
+    std::vector<std::string> paths;
+    if (hub.path) {
+      paths = {*hub.path, "config.json"};
+    } else {
+      paths = {"model.safetensors", "model.safetensors.index.json", "config.json"};
+    }
+    std::vector<HttpRequest> reqs;
+    for (const auto& p : paths) {
+      const bool safetensors = p.ends_with(".safetensors");
+      const std::uint64_t limit = safetensors ? window() : (p == "config.json" ? kMaxConfigSize : kMaxIndexSize);
+      reqs.push_back(request(resolve(hub.revision, p), safetensors ? std::optional(ByteRange{0, window()}) : std::nullopt, limit));
+    }
+    auto results = client.perform(reqs);
+    // A response that says the repo, revision or access is wrong decides at once.
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      if (!results[k]) return fail(results[k].error().with_context(paths[k]));
+      const HttpResponse& r = *results[k];
+      const std::string code = header_or(r.headers, "x-error-code");
+      if (code == "RepoNotFound" || code == "RevisionNotFound" || code == "GatedRepo" ||
+          r.status == 401 || r.status == 403 || r.status == 429 || r.status >= 500) {
+        return fail(response_error(r, paths[k]));
+      }
+    }
+    auto found = [&](std::size_t k) { return results[k]->status == 200 || results[k]->status == 206; };
+    const std::size_t config_k = paths.size() - 1;
+    if (found(config_k)) {
+      impl.config_json = results[config_k]->body;
+    }
+    std::optional<std::size_t> chosen;
+    for (std::size_t k = 0; k < config_k && !chosen; ++k) {
+      if (found(k)) chosen = k;
+    }
+    if (!chosen && !hub.path) {
+      // Round 1b, diffusers layouts (only for repos that have neither of the usual files).
+      std::vector<std::string> more;
+      for (auto c : detail::checkpoint_candidates()) {
+        if (c != "model.safetensors" && c != "model.safetensors.index.json") more.emplace_back(c);
+      }
+      std::vector<HttpRequest> more_reqs;
+      for (const auto& p : more) {
+        const bool safetensors = p.ends_with(".safetensors");
+        more_reqs.push_back(request(resolve(hub.revision, p),
+                                    safetensors ? std::optional(ByteRange{0, window()}) : std::nullopt,
+                                    safetensors ? window() : kMaxIndexSize));
+      }
+      auto more_results = client.perform(more_reqs);
+      for (std::size_t k = 0; k < more.size(); ++k) {
+        if (!more_results[k]) return fail(more_results[k].error().with_context(more[k]));
+        if (more_results[k]->status == 200 || more_results[k]->status == 206) {
+          paths.insert(paths.begin() + static_cast<std::ptrdiff_t>(config_k), more[k]);
+          results.insert(results.begin() + static_cast<std::ptrdiff_t>(config_k), std::move(more_results[k]));
+          chosen = config_k;
+          break;
+        }
+      }
+    }
+    if (!chosen) {
+      const HttpResponse& r = *results[0];
+      if (r.status == 404) {
+        return fail(ErrorCode::RemoteNotFound,
+                    repo_text() + " at revision '" + hub.revision + "' has no " +
+                        (hub.path ? *hub.path : std::string("model.safetensors, model.safetensors.index.json or diffusers checkpoint")) +
+                        ": not a safetensors repo (" + r.url + ")");
+      }
+      return fail(response_error(r, paths[0]));
+    }
+    const std::string path = paths[*chosen];
+    const HttpResponse& r = *results[*chosen];
+    if (auto c = note_commit(r, path); !c) return fail(c.error());
+    // Every other file is read at the commit this response named.
+    const std::string rev = impl.commit ? *impl.commit : hub.revision;
+    if (found(config_k) && !note_commit(*results[config_k], "config.json")) {
+      // config.json came from another commit (the branch moved): read it again at ours.
+      std::vector<HttpRequest> again{request(resolve(rev, "config.json"), std::nullopt, kMaxConfigSize)};
+      auto res = client.perform(again);
+      impl.config_json.reset();
+      if (res[0] && res[0]->status == 200) impl.config_json = res[0]->body;
+    }
+    if (detail::is_index_path(path)) {
+      const auto dir = path.substr(0, path.rfind('/') + 1);  // shards sit beside the index
+      return use_index(r.body, path, [&](const std::string& shard) { return resolve(rev, dir + shard); });
+    }
+    CheckpointFile file{path, 0, std::nullopt, resolve(rev, path)};
+    auto prefix = file_prefix(r, file, path);
+    if (!prefix) return fail(prefix.error());
+    impl.files.push_back(std::move(file));
+    pending_prefix = std::move(*prefix);
+    return {};
+  }
+
+  std::optional<std::string> pending_prefix;  // first bytes already read in round 1
+};
+
+}  // namespace
+
+Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options) {
+  auto location = detail::parse_location(location_text, false);
+  if (!location) return fail(location.error());
+  detail::HttpOptions http;
+  http.max_parallel = std::max<std::size_t>(1, options.connections);
+  http.max_retries = options.max_retries;
+  http.backoff_base_ms = options.retry_backoff_ms;
+  http.stall_timeout_ms = options.stall_timeout_ms;
+  http.connect_timeout_ms = options.connect_timeout_ms;
+  http.ca_file = !options.ca_file.empty() ? options.ca_file : env("CURL_CA_BUNDLE");
+  Remote remote{impl, options, detail::HttpClient(http), {}, {}, {}, std::move(*location), std::nullopt};
+  remote.endpoint = !options.endpoint.empty() ? options.endpoint : env("HF_ENDPOINT");
+  if (remote.endpoint.empty()) remote.endpoint = "https://huggingface.co";
+  while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
+  remote.token = options.token ? *options.token : find_token();
+  remote.token_authority = detail::url_authority(remote.endpoint);
+
+  Result<void> opened = remote.location.kind == detail::LocationKind::Http ? remote.open_url() : remote.open_hub();
+  if (opened) {
+    std::vector<std::optional<std::string>> prefixes;
+    if (remote.pending_prefix) prefixes.push_back(std::move(remote.pending_prefix));
+    opened = remote.load_headers(std::move(prefixes));
+  }
+  impl.requests = remote.client.stats().requests;
+  if (!opened) return fail(opened.error().with_context(std::string(location_text)));
+  return {};
+}
+
+}  // namespace tensorfetch

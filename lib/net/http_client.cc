@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "net/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <charconv>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "hub/location.h"
+
+namespace tensorfetch::detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Error bodies (4xx/5xx) are kept up to this size; the rest is discarded.
+constexpr std::uint64_t kMaxErrorBody = 64 << 10;
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+bool retryable_status(long status) {
+  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
+}
+
+bool retryable_curl(CURLcode code) {
+  switch (code) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool tls_error(CURLcode code) {
+  switch (code) {
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One request's life: hops, attempts, and the response being received.
+struct Transfer {
+  const HttpRequest* request = nullptr;
+  std::size_t index = 0;
+  std::string url;           // current hop
+  int attempt = 0;           // attempts of the current hop
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  HttpResponse response;     // accumulated (redirects) and current
+  long status = 0;           // of the current attempt
+  Headers current_headers;
+  std::string body;
+  bool truncated = false;    // cut on purpose (200 to a range request)
+  bool overflow = false;     // cut because the body was longer than allowed
+  Clock::time_point due{};   // for a scheduled retry
+  char error[CURL_ERROR_SIZE] = {};
+};
+
+std::string describe(const Transfer& t) {
+  std::string s = t.url;
+  if (t.request->range) s += " (" + range_text(*t.request->range) + ")";
+  return s;
+}
+
+size_t on_header(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t n = size * count;
+  std::string_view line(data, n);
+  if (line.starts_with("HTTP/")) {  // a new response (e.g. after 100 Continue)
+    t->current_headers.clear();
+    return n;
+  }
+  auto colon = line.find(':');
+  if (colon != std::string_view::npos) {
+    t->current_headers[lower(trim(line.substr(0, colon)))] = std::string(trim(line.substr(colon + 1)));
+  }
+  return n;
+}
+
+size_t on_body(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t n = size * count;
+  long status = 0;
+  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+  if (status >= 300 && status < 400) return n;  // redirect bodies are not kept
+  const auto& req = *t->request;
+  std::uint64_t limit = req.max_body;
+  if (status >= 400) limit = kMaxErrorBody;
+  if (req.range && (status == 200 || status == 206)) limit = std::min(limit, req.range->length);
+  if (t->body.size() + n > limit) {
+    t->body.append(data, static_cast<std::size_t>(limit - t->body.size()));
+    if (status >= 400 || (status == 200 && req.range)) {
+      t->truncated = status == 200;  // the prefix of a resource whose server ignored Range
+      return 0;                      // stop reading: we have what we need
+    }
+    t->overflow = true;
+    return 0;
+  }
+  t->body.append(data, n);
+  return n;
+}
+
+}  // namespace
+
+std::string range_text(const ByteRange& range) {
+  return "bytes=" + std::to_string(range.offset) + "-" + std::to_string(range.end() - 1);
+}
+
+std::optional<ContentRange> parse_content_range(std::string_view value) {
+  value = trim(value);
+  if (!value.starts_with("bytes ")) return std::nullopt;
+  value.remove_prefix(6);
+  auto dash = value.find('-');
+  auto slash = value.find('/');
+  if (dash == std::string_view::npos || slash == std::string_view::npos || dash > slash) return std::nullopt;
+  ContentRange r;
+  if (!parse_u64(trim(value.substr(0, dash)), r.first) ||
+      !parse_u64(trim(value.substr(dash + 1, slash - dash - 1)), r.last) ||
+      !parse_u64(trim(value.substr(slash + 1)), r.total)) {
+    return std::nullopt;
+  }
+  if (r.first > r.last || r.last >= r.total) return std::nullopt;
+  return r;
+}
+
+std::optional<long> retry_after_ms(const Headers& headers, long long now) {
+  if (auto it = headers.find("retry-after"); it != headers.end()) {
+    std::uint64_t seconds = 0;
+    if (parse_u64(trim(it->second), seconds)) {
+      return static_cast<long>(std::min<std::uint64_t>(seconds, 86'400) * 1000);
+    }
+    time_t when = curl_getdate(it->second.c_str(), nullptr);
+    if (when > 0) return static_cast<long>(std::max<long long>(0, when - now) * 1000);
+  }
+  if (auto it = headers.find("ratelimit"); it != headers.end()) {
+    // e.g. "api";r=0;t=55 (IETF draft RateLimit header, as the Hub sends it)
+    auto pos = it->second.find("t=");
+    if (pos != std::string::npos) {
+      std::string_view rest = std::string_view(it->second).substr(pos + 2);
+      rest = rest.substr(0, rest.find_first_of(";, "));
+      std::uint64_t seconds = 0;
+      if (parse_u64(rest, seconds)) return static_cast<long>(std::min<std::uint64_t>(seconds, 86'400) * 1000);
+    }
+  }
+  return std::nullopt;
+}
+
+struct HttpClient::Impl {
+  HttpOptions options;
+  CURLM* multi = nullptr;
+  HttpStats stats;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  explicit Impl(HttpOptions o) : options(std::move(o)) {
+    global_init();
+    multi = curl_multi_init();
+    curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  }
+  ~Impl() {
+    if (multi) curl_multi_cleanup(multi);
+  }
+
+  long backoff_ms(int attempt) {
+    const double cap = std::min<double>(static_cast<double>(options.backoff_max_ms),
+                                        static_cast<double>(options.backoff_base_ms) * double(1u << std::min(attempt, 20)));
+    std::uniform_real_distribution<double> jitter(0.5, 1.0);  // equal jitter: half fixed, half random
+    return static_cast<long>(cap * jitter(rng));
+  }
+
+  void start(Transfer& t) {
+    t.easy = curl_easy_init();
+    t.status = 0;
+    t.current_headers.clear();
+    t.body.clear();
+    t.truncated = t.overflow = false;
+    t.error[0] = '\0';
+    ++t.attempt;
+    ++stats.requests;
+    CURL* e = t.easy;
+    curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &t);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t.error);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);  // hops are followed here, one at a time
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
+    // Waiting for a connection that may multiplex only pays off where HTTP/2 can be negotiated
+    // (TLS with ALPN); over plain HTTP/1.1 it would serialize parallel requests.
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, t.url.starts_with("https://") ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, options.connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, (options.stall_timeout_ms + 999) / 1000));
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
+    curl_easy_setopt(e, CURLOPT_USERAGENT, options.user_agent.c_str());
+    curl_slist* h = nullptr;
+    const auto& req = *t.request;
+    if (req.range) {
+      const std::string r = "Range: " + range_text(*req.range);
+      h = curl_slist_append(h, r.c_str());
+    }
+    if (req.if_match) h = curl_slist_append(h, ("If-Match: " + *req.if_match).c_str());
+    if (!req.bearer_token.empty() && !req.token_authority.empty() &&
+        url_authority(t.url) == req.token_authority) {
+      h = curl_slist_append(h, ("Authorization: Bearer " + req.bearer_token).c_str());
+    }
+    t.headers = h;
+    if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    curl_multi_add_handle(multi, e);
+  }
+
+  void finish_attempt(Transfer& t) {
+    curl_multi_remove_handle(multi, t.easy);
+    curl_easy_cleanup(t.easy);
+    t.easy = nullptr;
+    curl_slist_free_all(t.headers);
+    t.headers = nullptr;
+  }
+
+  enum class Next { Done, Retry, Redirect };
+
+  // Decides what follows a finished attempt; fills `result` when done.
+  Next evaluate(Transfer& t, CURLcode code, std::optional<Result<HttpResponse>>& result, long& wait_ms) {
+    const auto& req = *t.request;
+    curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
+    stats.bytes += t.body.size();
+    const bool cut_on_purpose = code == CURLE_WRITE_ERROR && !t.overflow;
+    if (code != CURLE_OK && !cut_on_purpose) {
+      if (t.overflow) {
+        result = fail(ErrorCode::BadResponse,
+                      describe(t) + ": response body is longer than " +
+                          (req.range ? "the requested range (" + std::to_string(req.range->length) + " bytes)"
+                                     : "the limit of " + std::to_string(req.max_body) + " bytes"));
+        return Next::Done;
+      }
+      const std::string what = t.error[0] ? t.error : curl_easy_strerror(code);
+      if (retryable_curl(code) && t.attempt <= options.max_retries) {
+        wait_ms = backoff_ms(t.attempt - 1);
+        return Next::Retry;
+      }
+      std::string msg = describe(t) + ": " + (tls_error(code) ? "TLS failure: " : "") + what;
+      if (t.attempt > 1) msg += " (after " + std::to_string(t.attempt) + " attempts)";
+      result = fail(ErrorCode::Network, msg);
+      return Next::Done;
+    }
+    if (t.status >= 300 && t.status < 400 && t.status != 304) {
+      char* target = nullptr;
+      curl_easy_getinfo(t.easy, CURLINFO_REDIRECT_URL, &target);
+      if (target == nullptr || *target == '\0') {
+        result = fail(ErrorCode::BadResponse, describe(t) + ": " + std::to_string(t.status) +
+                                                  " redirect without a Location");
+        return Next::Done;
+      }
+      if (static_cast<int>(t.response.redirects.size()) >= req.max_redirects) {
+        result = fail(ErrorCode::BadResponse, describe(t) + ": more than " +
+                                                  std::to_string(req.max_redirects) + " redirects");
+        return Next::Done;
+      }
+      t.response.redirects.push_back(HttpHop{t.status, t.url, std::move(t.current_headers)});
+      t.url = target;
+      t.attempt = 0;
+      return Next::Redirect;
+    }
+    if (retryable_status(t.status) && t.attempt <= options.max_retries) {
+      auto asked = retry_after_ms(t.current_headers, static_cast<long long>(std::time(nullptr)));
+      if (!asked || *asked <= options.retry_after_max_ms) {
+        wait_ms = asked ? *asked + backoff_ms(0) / 4 : backoff_ms(t.attempt - 1);
+        return Next::Retry;
+      }
+    }
+    HttpResponse& r = t.response;
+    r.status = t.status;
+    r.url = t.url;
+    r.headers = std::move(t.current_headers);
+    r.body = std::move(t.body);
+    r.truncated = t.truncated;
+    r.attempts = t.attempt;
+    if (r.status == 206) {
+      auto it = r.headers.find("content-range");
+      r.content_range = it == r.headers.end() ? std::nullopt : parse_content_range(it->second);
+      if (!r.content_range) {
+        result = fail(ErrorCode::BadResponse,
+                      describe(t) + ": 206 with a missing or malformed Content-Range '" +
+                          (it == r.headers.end() ? std::string() : it->second) + "'");
+        return Next::Done;
+      }
+      const auto& cr = *r.content_range;
+      if (req.range) {
+        const std::uint64_t want_last = std::min(req.range->end() - 1, cr.total - 1);
+        if (cr.first != req.range->offset || cr.last != want_last) {
+          result = fail(ErrorCode::BadResponse,
+                        describe(t) + ": server answered Content-Range bytes " + std::to_string(cr.first) +
+                            "-" + std::to_string(cr.last) + "/" + std::to_string(cr.total) +
+                            " for the requested " + range_text(*req.range));
+          return Next::Done;
+        }
+      }
+      if (r.body.size() != cr.last - cr.first + 1) {
+        result = fail(ErrorCode::BadResponse,
+                      describe(t) + ": body of " + std::to_string(r.body.size()) +
+                          " bytes for Content-Range bytes " + std::to_string(cr.first) + "-" +
+                          std::to_string(cr.last));
+        return Next::Done;
+      }
+    }
+    result = std::move(r);
+    return Next::Done;
+  }
+
+  std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests) {
+    std::vector<Transfer> transfers(requests.size());
+    std::vector<std::optional<Result<HttpResponse>>> results(requests.size());
+    std::deque<std::size_t> ready;
+    std::vector<std::size_t> waiting;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      transfers[i].request = &requests[i];
+      transfers[i].index = i;
+      transfers[i].url = requests[i].url;
+      if (requests[i].range && requests[i].range->length == 0) {
+        results[i] = fail(ErrorCode::InvalidArgument, requests[i].url + ": empty byte range requested");
+        continue;
+      }
+      ready.push_back(i);
+    }
+    std::size_t active = 0;
+    while (active > 0 || !ready.empty() || !waiting.empty()) {
+      const auto now = Clock::now();
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (transfers[*it].due <= now) {
+          ready.push_back(*it);
+          it = waiting.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      while (active < options.max_parallel && !ready.empty()) {
+        start(transfers[ready.front()]);
+        ready.pop_front();
+        ++active;
+      }
+      int running = 0;
+      curl_multi_perform(multi, &running);
+      int left = 0;
+      while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+        if (msg->msg != CURLMSG_DONE) continue;
+        Transfer* t = nullptr;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+        const CURLcode code = msg->data.result;
+        long wait_ms = 0;
+        std::optional<Result<HttpResponse>> result;
+        const Next next = evaluate(*t, code, result, wait_ms);
+        finish_attempt(*t);
+        --active;
+        switch (next) {
+          case Next::Done:
+            results[t->index] = std::move(result);
+            break;
+          case Next::Redirect:
+            ready.push_front(t->index);
+            break;
+          case Next::Retry:
+            ++stats.retries;
+            t->due = Clock::now() + std::chrono::milliseconds(wait_ms);
+            waiting.push_back(t->index);
+            break;
+        }
+      }
+      if (active == 0 && ready.empty() && waiting.empty()) break;
+      long timeout_ms = 1000;
+      if (!ready.empty() && active < options.max_parallel) timeout_ms = 0;
+      for (auto i : waiting) {
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(transfers[i].due - Clock::now()).count();
+        timeout_ms = std::clamp<long>(static_cast<long>(ms), 0, timeout_ms);
+      }
+      if (timeout_ms > 0 || active > 0) curl_multi_poll(multi, nullptr, 0, static_cast<int>(timeout_ms), nullptr);
+    }
+    std::vector<Result<HttpResponse>> out;
+    out.reserve(results.size());
+    for (auto& r : results) out.push_back(std::move(*r));
+    return out;
+  }
+};
+
+HttpClient::HttpClient(HttpOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+HttpClient::HttpClient(HttpClient&&) noexcept = default;
+HttpClient& HttpClient::operator=(HttpClient&&) noexcept = default;
+HttpClient::~HttpClient() = default;
+
+std::vector<Result<HttpResponse>> HttpClient::perform(std::span<const HttpRequest> requests) {
+  return impl_->perform(requests);
+}
+
+const HttpStats& HttpClient::stats() const noexcept { return impl_->stats; }
+const HttpOptions& HttpClient::options() const noexcept { return impl_->options; }
+
+}  // namespace tensorfetch::detail

@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: HTTP(S) on libcurl's multi interface. Many requests run at once (bounded), share
+// connections, follow redirects one hop at a time (so credentials never leave their host and
+// each hop's headers are kept), and are retried with jittered exponential backoff that honours
+// Retry-After and RateLimit. Bodies are bounded: nothing is ever read into memory unbounded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tensorfetch/byte_range.hpp"
+#include "tensorfetch/error.hpp"
+
+namespace tensorfetch::detail {
+
+/// Settings of an `HttpClient`. A plain value.
+struct HttpOptions {
+  std::size_t max_parallel = 16;       ///< transfers in flight at once
+  long connect_timeout_ms = 10'000;    ///< TCP + TLS connect
+  long stall_timeout_ms = 30'000;      ///< no byte received for this long: the attempt fails
+  int max_retries = 5;                 ///< retries after the first attempt
+  long backoff_base_ms = 250;          ///< first backoff; doubles per retry, jittered
+  long backoff_max_ms = 20'000;        ///< cap of one backoff
+  long retry_after_max_ms = 120'000;   ///< a server asking to wait longer than this: give up
+  std::string ca_file;                 ///< CA bundle (`--cacert`, CURL_CA_BUNDLE); empty: system
+  std::string user_agent = "tensorfetch";
+};
+
+/// Response headers: lower-case names; a repeated header keeps its last value.
+using Headers = std::map<std::string, std::string>;
+
+/// One request. A plain value.
+struct HttpRequest {
+  std::string url;                      ///< absolute http(s) URL
+  std::optional<ByteRange> range;       ///< `Range: bytes=offset-(end-1)`; length > 0
+  std::string bearer_token;             ///< sent as `Authorization: Bearer` to `token_authority` only
+  std::string token_authority;          ///< scheme://host[:port] allowed to receive the token
+  std::optional<std::string> if_match;  ///< `If-Match` (quoted ETag)
+  std::uint64_t max_body = 1 << 20;     ///< bodies larger than this are refused (see HttpResponse)
+  int max_redirects = 10;               ///< 3xx hops followed
+};
+
+/// A redirect hop: the 3xx response and where it pointed.
+struct HttpHop {
+  long status = 0;        ///< 301, 302, 303, 307 or 308
+  std::string url;        ///< the URL that answered it
+  Headers headers;        ///< its headers
+};
+
+/// `Content-Range: bytes first-last/total`.
+struct ContentRange {
+  std::uint64_t first = 0;  ///< first byte
+  std::uint64_t last = 0;   ///< last byte (inclusive)
+  std::uint64_t total = 0;  ///< size of the whole resource
+};
+
+/// A response. A plain value.
+struct HttpResponse {
+  long status = 0;                           ///< final status
+  std::string url;                           ///< final URL (after redirects)
+  Headers headers;                           ///< final response's headers
+  std::vector<HttpHop> redirects;            ///< 3xx hops, in order
+  std::string body;                          ///< at most `max_body` bytes
+  std::optional<ContentRange> content_range; ///< parsed, on a 206
+  /// The body was cut at the requested length: a `200` to a range request (the server ignored
+  /// Range). `body` then holds the first bytes of the resource.
+  bool truncated = false;
+  int attempts = 1;                          ///< tries of the final hop (1 + retries)
+};
+
+/// Counters, for tests and benchmarks.
+struct HttpStats {
+  std::uint64_t requests = 0;  ///< HTTP requests sent (every hop and retry)
+  std::uint64_t retries = 0;   ///< of which retries
+  std::uint64_t bytes = 0;     ///< body bytes received
+};
+
+/// A libcurl multi client. Not thread-safe: one thread drives `perform`.
+class HttpClient {
+ public:
+  /// Creates the client (curl is initialised once per process).
+  explicit HttpClient(HttpOptions options = {});
+  HttpClient(HttpClient&&) noexcept;
+  HttpClient& operator=(HttpClient&&) noexcept;
+  ~HttpClient();
+
+  /// Runs every request concurrently (at most `max_parallel` at once), following redirects
+  /// and retrying 429, 5xx, stalls and connection failures. Returns one result per request,
+  /// in order: the final response (any status, e.g. 404 with its headers), or an error for
+  /// what no status describes (connection, TLS, timeout after retries; a 206 whose
+  /// Content-Range is not what was asked; a body longer than the range or than `max_body`).
+  /// Errors name the URL and the byte range.
+  [[nodiscard]] std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests);
+
+  /// Counters since construction.
+  [[nodiscard]] const HttpStats& stats() const noexcept;
+
+  /// The options in force.
+  [[nodiscard]] const HttpOptions& options() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Parses `bytes a-b/total` (total may not be `*` here). Pure.
+[[nodiscard]] std::optional<ContentRange> parse_content_range(std::string_view value);
+
+/// Milliseconds a 429/503 response asks to wait: `Retry-After` (seconds or an HTTP date), else
+/// `RateLimit: ...;t=SECONDS`. `now` is the current time in seconds since the epoch. Pure.
+[[nodiscard]] std::optional<long> retry_after_ms(const Headers& headers, long long now);
+
+/// The `bytes=a-b` text of a range.
+[[nodiscard]] std::string range_text(const ByteRange& range);
+
+}  // namespace tensorfetch::detail
