@@ -9,6 +9,7 @@
 #include "tensorfetch/error.hpp"
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/index.hpp"
+#include "tensorfetch/parameters.hpp"
 #include "tensorfetch/slice.hpp"
 #include "tensorfetch/version.hpp"
 #include "tensorfetch/writer.hpp"

@@ -234,6 +234,40 @@ Result<void> parse_entry(simdjson::dom::element value, TensorInfo& t) {
   return {};
 }
 
+// `-0` is an integer token with value 0 to simdjson's DOM, but the reference parser reads it as
+// a float and refuses it in shape and data_offsets; so do we. The DOM keeps no token text, so
+// when the header contains "-0" at all (rare), the on-demand API, which does, re-reads those
+// fields. Returns the tensor whose shape or data_offsets holds a `-` token.
+std::optional<std::string> tensor_with_negative_zero(std::span<const std::byte> bytes) {
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  if (text.find("-0") == std::string_view::npos) return std::nullopt;
+  simdjson::padded_string padded(text);
+  simdjson::ondemand::parser parser;
+  simdjson::ondemand::document doc;
+  simdjson::ondemand::object root;
+  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return std::nullopt;
+  for (auto field : root) {
+    std::string_view name;
+    if (field.unescaped_key().get(name)) return std::nullopt;
+    std::string tensor(name);
+    simdjson::ondemand::object entry;
+    if (field.value().get_object().get(entry)) continue;  // __metadata__ or already refused
+    for (auto member : entry) {
+      std::string_view key;
+      if (member.unescaped_key().get(key)) return std::nullopt;
+      if (key != "shape" && key != "data_offsets") continue;
+      simdjson::ondemand::array arr;
+      if (member.value().get_array().get(arr)) continue;
+      for (auto v : arr) {
+        std::string_view raw;
+        if (v.raw_json_token().get(raw)) return std::nullopt;
+        if (!raw.empty() && raw.front() == '-') return tensor;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 bool by_offsets(const TensorInfo& a, const TensorInfo& b) {
   return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
 }
@@ -312,6 +346,11 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
 
   if (!std::is_sorted(tensors.begin(), tensors.end(), by_offsets)) {
     std::sort(tensors.begin(), tensors.end(), by_offsets);
+  }
+  if (auto name = tensor_with_negative_zero(header_bytes)) {
+    return fail(ErrorCode::InvalidShape, "tensor " + quote_name(*name) +
+                                             ": '-0' in shape or data_offsets; they must be "
+                                             "non-negative integers without a sign");
   }
   // Names first: a repeated entry is a duplicate key before it is an overlap.
   if (auto r = header.index_tensors(); !r) return fail(r.error());

@@ -30,12 +30,14 @@ class HugeBuffer {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:
+  void release() noexcept;
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
 };
 
 /// A monotonic arena whose large blocks are huge-page-advised mappings. Memory is released
-/// only when the arena is destroyed. Not thread-safe.
+/// only when the arena is destroyed. Not thread-safe. Under AddressSanitizer every allocation
+/// is an ordinary heap allocation instead, so that the sanitizer checks its bounds.
 class HugePageArena final : public std::pmr::memory_resource {
  public:
   /// `first_block`: size of the first mapping; later ones double.
@@ -43,7 +45,7 @@ class HugePageArena final : public std::pmr::memory_resource {
 
  private:
   void* do_allocate(std::size_t bytes, std::size_t alignment) override;
-  void do_deallocate(void*, std::size_t, std::size_t) override {}
+  void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override;
   bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
     return this == &other;
   }

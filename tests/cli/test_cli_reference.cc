@@ -170,9 +170,11 @@ TEST_CASE("inspect --json of the reference checkpoints matches MANIFEST.json", "
         CHECK(off[1] <= mf.size - 8 - mf.header_len);
       }
       for (const auto& [name, t] : e.tensors) {
+        total_bytes += t.nbytes;
+        // Parameters as the Hub counts them: scalars and empty tensors are not listed.
+        if (t.shape.empty() || elements(t.shape) == 0) continue;
         params[t.dtype] += elements(t.shape);
         total_params += elements(t.shape);
-        total_bytes += t.nbytes;
       }
 
       // parameters per dtype and the totals agree with the manifest and with each other.

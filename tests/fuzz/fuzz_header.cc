@@ -7,7 +7,8 @@
 //     the little-endian u64 in the first 8 bytes (saturating), so X is the data size the
 //     header must describe. Seeds of the form LE64(data_size) + JSON are valid headers.
 // Every accepted header must satisfy the format's invariants, agree with an independent
-// JSON parser (nlohmann), and round-trip through layout_file + parse_file_prefix.
+// JSON parser (nlohmann), and round-trip through layout_file + parse_file_prefix; a
+// HeaderParser reused across all inputs must answer exactly as a fresh parse does.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -181,19 +182,53 @@ void check_accepted(const tf::Header& h, std::span<const std::byte> header_bytes
   check_round_trip(h);
 }
 
+// A HeaderParser reused across inputs must give exactly what a fresh parse gives: no state
+// from an earlier (possibly larger, possibly failed) parse may leak into a later one.
+void check_same(const tf::Result<tf::Header>& cold, const tf::Result<tf::Header>& warm) {
+  FUZZ_CHECK(cold.has_value() == warm.has_value(),
+             std::string("a reused HeaderParser ") + (warm ? "accepted" : "refused") +
+                 " what a fresh one " + (cold ? "accepted" : "refused") + ": " +
+                 (cold ? warm.error().message : cold.error().message));
+  if (!cold) {
+    FUZZ_CHECK(cold.error().code == warm.error().code &&
+                   cold.error().message == warm.error().message,
+               "reused parser error '" + warm.error().message + "' != '" +
+                   cold.error().message + "'");
+    return;
+  }
+  FUZZ_CHECK(cold->header_size == warm->header_size && cold->data_size == warm->data_size &&
+                 cold->metadata == warm->metadata &&
+                 cold->tensors().size() == warm->tensors().size(),
+             "reused parser gives another header");
+  for (std::size_t i = 0; i < cold->tensors().size(); ++i) {
+    const auto &a = cold->tensors()[i], &b = warm->tensors()[i];
+    FUZZ_CHECK(a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
+                   a.begin == b.begin && a.end == b.end,
+               describe(a) + ": reused parser gives " + describe(b));
+  }
+}
+
+tf::HeaderParser& reused_parser() {
+  static tf::HeaderParser parser;
+  return parser;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto bytes = as_bytes(data, size);
 
-  // 1. The input is a whole file.
-  if (auto h = tf::parse_file_prefix(bytes, size)) {
+  // 1. The input is a whole file (the bytes after the header may be parsed in place as
+  //    simdjson's padding).
+  auto h = tf::parse_file_prefix(bytes, size);
+  if (h) {
     auto n = tf::parse_header_size(bytes, size);
     FUZZ_CHECK(n.has_value() && *n == h->header_size, "parse_header_size disagrees");
     check_accepted(*h, bytes.subspan(tf::kPrefixSize, h->header_size), size);
   } else {
     FUZZ_CHECK(!h.error().message.empty(), "error without a message");
   }
+  check_same(h, reused_parser().parse_file_prefix(bytes, size));
 
   // 2. The input after 8 bytes is a header; the first 8 bytes give the data size.
   if (size >= tf::kPrefixSize) {
@@ -202,9 +237,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t file_size = 0;
     if (__builtin_add_overflow(std::uint64_t{size}, extra, &file_size)) file_size = UINT64_MAX;
     const auto header_bytes = bytes.subspan(tf::kPrefixSize);
-    if (auto h = tf::parse_header(header_bytes, file_size)) {
-      check_accepted(*h, header_bytes, file_size);
-    }
+    auto h2 = tf::parse_header(header_bytes, file_size);
+    if (h2) check_accepted(*h2, header_bytes, file_size);
+    check_same(h2, reused_parser().parse(header_bytes, file_size));
   }
   return 0;
 }

@@ -159,20 +159,22 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
 }
 
 struct Totals {
-  std::map<DType, std::uint64_t> parameters;
-  std::uint64_t total_parameters = 0;
+  ParameterCount parameters;  // as the Hub counts them
   std::uint64_t total_bytes = 0;
   std::uint64_t file_bytes = 0;
 };
 
 Totals totals(const Checkpoint& ckpt) {
   Totals t;
+  std::vector<const TensorInfo*> infos;
+  infos.reserve(ckpt.tensors().size());
   for (const auto& ref : ckpt.tensors()) {
-    const auto n = ref.info->num_elements();
-    t.parameters[ref.info->dtype] += n;
-    t.total_parameters += n;
+    infos.push_back(ref.info);
     t.total_bytes += ref.info->nbytes();
   }
+  std::optional<std::string_view> config;
+  if (ckpt.config_json()) config = *ckpt.config_json();
+  t.parameters = count_parameters(infos, config);
   for (const auto& f : ckpt.files()) t.file_bytes += f.size;
   return t;
 }
@@ -202,8 +204,9 @@ void print_json(const Checkpoint& ckpt) {
   }
   Totals t = totals(ckpt);
   auto& params = out["parameters"] = ordered_json::object();
-  for (const auto& [dtype, n] : t.parameters) params[std::string(to_string(dtype))] = n;
-  out["total_parameters"] = t.total_parameters;
+  for (const auto& [dtype, n] : t.parameters.by_dtype) params[std::string(to_string(dtype))] = n;
+  out["total_parameters"] = t.parameters.total;
+  out["parameter_rule"] = t.parameters.rule;
   out["total_bytes"] = t.total_bytes;
   if (ckpt.commit()) out["commit"] = *ckpt.commit();
   if (ckpt.remote()) out["requests"] = ckpt.requests();
@@ -246,13 +249,18 @@ void print_table(const Checkpoint& ckpt, bool all) {
                 << " tensors; repeated layers grouped, --all lists every tensor)\n";
 
   Totals t = totals(ckpt);
-  os << "\nparameters   " << with_commas(t.total_parameters);
+  os << "\nparameters   " << with_commas(t.parameters.total);
   std::string sep = "  (";
-  for (const auto& [dtype, n] : t.parameters) {
+  for (const auto& [dtype, n] : t.parameters.by_dtype) {
     os << sep << to_string(dtype) << ' ' << with_commas(n);
     sep = ", ";
   }
-  os << (t.parameters.empty() ? "" : ")") << '\n';
+  os << (t.parameters.by_dtype.empty() ? "" : ")") << '\n';
+  if (t.parameters.rule != "unquantized") {
+    os << "counted as   " << t.parameters.rule << " (" << t.parameters.packed_tensors << " packed, "
+       << t.parameters.skipped_tensors << " bookkeeping tensors)\n";
+  }
+  if (t.parameters.config_warning) os << "note         " << *t.parameters.config_warning << '\n';
   os << "tensor data  " << with_commas(t.total_bytes) << " bytes (" << human_bytes(t.total_bytes) << ")\n";
   os << "files        " << ckpt.files().size() << ", " << with_commas(t.file_bytes) << " bytes ("
      << human_bytes(t.file_bytes) << ")\n";
@@ -263,7 +271,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
          << (*v == actual ? " (matches)" : " (differs from the computed " + with_commas(actual) + "; not used)")
          << '\n';
     };
-    claim("total_parameters", index->total_parameters, t.total_parameters);
+    claim("total_parameters", index->total_parameters, t.parameters.total);
     claim("total_size", index->total_size, t.total_bytes);
   }
   if (ckpt.commit()) os << "commit       " << *ckpt.commit() << '\n';

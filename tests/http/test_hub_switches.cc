@@ -1,0 +1,567 @@
+// SPDX-License-Identifier: Apache-2.0
+// The test server's switches: latency, ignored ranges, 429/503, dropped connections, stalls,
+// wrong Content-Range, overlong bodies, ETag changes, gated/private repos, expiring CDN URLs,
+// host enforcement.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "http_util.hpp"
+
+using namespace hubtest;
+using tensorfetch::testing::OverlongMode;
+using tensorfetch::testing::round_trips;
+using tensorfetch::testing::summarize;
+
+namespace {
+
+const std::string kShard1 = "model-00001-of-00003.safetensors";
+const std::string kShard2 = "model-00002-of-00003.safetensors";
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string header_value(const std::string& headers, const std::string& name) {
+  auto lower = [](std::string s) {
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  std::string h = lower(headers);
+  auto p = h.find("\r\n" + lower(name) + ":");
+  if (p == std::string::npos) return {};
+  p += name.size() + 3;
+  auto e = headers.find("\r\n", p);
+  std::string v = headers.substr(p, e - p);
+  while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+  return v;
+}
+
+std::string host_of(const HubServer& s, bool cdn) {
+  return std::string(cdn ? "127.0.0.1:" : "localhost:") + std::to_string(s.port());
+}
+
+}  // namespace
+
+TEST_CASE("latency delays every request but parallel requests overlap", "[switches]") {
+  Options opt;
+  opt.latency_ms = 300;
+  Fixture f(opt);
+  auto& s = *f.server;
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto hub = f.hub();
+  auto r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(ms_since(t0) >= 300);
+  auto log = s.take_log();
+  REQUIRE(log.size() == 1);
+  CHECK(log[0].end_ms - log[0].start_ms >= 299);
+
+  // 32 requests at once on 32 connections: about one latency, not 32.
+  constexpr int kParallel = 32;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kParallel; ++i) {
+    threads.emplace_back([&, i] {
+      auto c = (i % 2) ? f.cdn() : f.hub();
+      std::string target = (i % 2) ? "/org/small/resolve/main/config.json"
+                                   : "/org/small/resolve/main/sub/dir/notes.txt";
+      auto res = c.Get(target.c_str());
+      if (res && res->status == 200) ++ok;
+    });
+  }
+  for (auto& t : threads) t.join();
+  double wall = ms_since(t0);
+  CHECK(ok == kParallel);
+  CHECK(wall < 3000);
+  log = s.take_log();
+  REQUIRE(log.size() == kParallel);
+  CHECK(round_trips(log) == 1);
+
+  // Three in a row: three round trips.
+  for (int i = 0; i < 3; ++i) REQUIRE(hub.Get("/org/small/resolve/main/config.json"));
+  log = s.take_log();
+  CHECK(round_trips(log) == 3);
+  CHECK(summarize(log).connections == 1);  // keep-alive
+
+  // Also on the CDN route; and it can be changed at run time.
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.set_latency_ms(0);
+  auto cdn = f.cdn();
+  t0 = std::chrono::steady_clock::now();
+  REQUIRE(cdn.Get(target.c_str()));
+  CHECK(ms_since(t0) < 250);
+  s.set_latency_ms(200);
+  t0 = std::chrono::steady_clock::now();
+  REQUIRE(cdn.Get(target.c_str()));
+  CHECK(ms_since(t0) >= 200);
+}
+
+TEST_CASE("without latency, sequential requests on one connection are quick", "[switches]") {
+  // Guards against Nagle + delayed ACK (~40 ms per response) skewing round-trip figures.
+  Fixture f;
+  auto hub = f.hub();
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(hub.Get("/org/small/resolve/main/config.json"));
+    REQUIRE(cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}}));
+  }
+  CHECK(ms_since(t0) < 600);
+  CHECK(summarize(f.server->log()).connections == 3);
+}
+
+TEST_CASE("ignore_range answers 200 with the whole body", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  s.set_ignore_range(true);
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str(), {{"Range", "bytes=0-99"}});
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->body == content);
+  CHECK_FALSE(r->has_header("Content-Range"));
+  auto hub = f.hub();
+  r = hub.Get("/org/small/resolve/main/config.json", {{"Range", "bytes=0-1"}});
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->body.size() > 2);
+  auto log = s.log();
+  REQUIRE(log.size() == 3);
+  CHECK(log[1].fault == "ignore_range");
+  CHECK(log[1].body_bytes == content.size());
+  CHECK(log[2].fault == "ignore_range");
+  s.set_ignore_range(false);
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-99"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+}
+
+TEST_CASE("fail_next answers 429/503 with Retry-After or RateLimit", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  auto hub = f.hub();
+  s.fail_next(2, 429, 7);
+  for (int i = 0; i < 2; ++i) {
+    auto r = hub.Get("/org/small/resolve/main/config.json");
+    REQUIRE(r);
+    CHECK(r->status == 429);
+    CHECK(r->get_header_value("Retry-After") == "7");
+  }
+  auto r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+
+  s.fail_next(1, 429, 42, true);
+  r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 429);
+  CHECK_FALSE(r->has_header("Retry-After"));
+  CHECK(r->get_header_value("RateLimit") == "\"api\";r=0;t=42");
+
+  // Only matching requests: the CDN fails, the resolve does not.
+  s.fail_next(1, 503, 1, false, "/cdn/");
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  r = cdn.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->status == 503);
+  CHECK(r->get_header_value("Retry-After") == "1");
+  r = cdn.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->status == 200);
+
+  // n = -1: every request until reset.
+  s.fail_next(-1, 503, 2);
+  for (int i = 0; i < 4; ++i) {
+    r = hub.Get("/org/small/resolve/main/config.json");
+    REQUIRE(r);
+    CHECK(r->status == 503);
+  }
+  s.reset_switches();
+  r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+
+  auto log = s.log();
+  REQUIRE(log.size() == 12);
+  CHECK(log[0].fault == "fail");
+  CHECK(log[0].retry_after == "7");
+  CHECK(log[2].fault.empty());
+  CHECK(log[3].retry_after == "\"api\";r=0;t=42");
+  CHECK(log[4].status == 302);
+  CHECK(log[5].status == 503);
+  CHECK(log[5].kind == "cdn");
+}
+
+TEST_CASE("drop_after closes the connection after k body bytes", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.drop_after(1000);
+
+  auto raw = raw_request(s.port(), raw_get(host_of(s, true), target));
+  CHECK(raw.closed);
+  CHECK(header_value(raw.headers(), "Content-Length") == std::to_string(content.size()));
+  CHECK(raw.body() == content.substr(0, 1000));
+
+  // Only once (n = 1): the next request is whole.
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->body == content);
+
+  // The httplib client sees a read error.
+  s.drop_after(0);
+  r = cdn.Get(target.c_str());
+  CHECK_FALSE(r);
+
+  auto log = s.log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[1].dropped);
+  CHECK(log[1].fault == "drop");
+  CHECK(log[1].body_bytes == 1000);
+  CHECK(log[1].content_length == static_cast<std::int64_t>(content.size()));
+  CHECK_FALSE(log[2].dropped);
+  CHECK(log[3].dropped);
+  CHECK(log[3].body_bytes == 0);
+}
+
+TEST_CASE("drop_after for a path pattern, on every matching request", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  s.drop_after(10, -1, "model-00001");
+  const std::string t1 = f.cdn_target(kSharded, kShard1);
+  const std::string t2 = f.cdn_target(kSharded, kShard2);
+  for (int i = 0; i < 3; ++i) {
+    auto raw = raw_request(s.port(), raw_get(host_of(s, true), t1, {"Range: bytes=0-99"}));
+    CHECK(raw.closed);
+    CHECK(raw.body().size() == 10);
+  }
+  auto cdn = f.cdn();
+  auto r = cdn.Get(t2.c_str(), {{"Range", "bytes=0-99"}});
+  REQUIRE(r);
+  CHECK(r->body.size() == 100);
+  auto log = s.log();
+  REQUIRE(log.size() == 6);
+  CHECK(log[0].status == 302);  // the redirect itself is never cut
+  CHECK_FALSE(log[0].dropped);
+  for (int i = 2; i < 5; ++i) {
+    CHECK(log[i].dropped);
+    CHECK(log[i].body_bytes == 10);
+  }
+  CHECK_FALSE(log[5].dropped);
+}
+
+TEST_CASE("stall_after sends k bytes, then stalls", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.stall_after(500, 1, "", 400);
+  auto raw = raw_request(s.port(), raw_get(host_of(s, true), target));
+  CHECK(raw.closed);
+  CHECK(raw.body().size() == 500);
+  CHECK(raw.elapsed_ms >= 400);
+  auto log = s.log();
+  REQUIRE(log.size() == 2);
+  CHECK(log[1].fault == "stall");
+  CHECK(log[1].dropped);
+  CHECK(log[1].body_bytes == 500);
+  CHECK(log[1].end_ms - log[1].start_ms >= 399);
+}
+
+TEST_CASE("a stall until stop() ends when the server stops", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.stall_after(100, 1);  // forever
+  RawResult raw;
+  std::thread client([&] {
+    raw = raw_request(s.port(), raw_get(host_of(s, true), target), std::chrono::seconds(20));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A second, idle keep-alive connection must not hold stop() either.
+  auto idle = f.hub();
+  REQUIRE(idle.Get("/org/small/resolve/main/config.json"));
+  auto t0 = std::chrono::steady_clock::now();
+  s.stop();
+  CHECK(ms_since(t0) < 2000);
+  client.join();
+  CHECK(raw.closed);
+  CHECK(raw.body().size() == 100);
+  CHECK(raw.elapsed_ms < 5000);
+  CHECK_FALSE(s.running());
+  auto log = s.log();
+  REQUIRE(log.size() == 3);
+  CHECK(find(log, "/cdn/")[0].dropped);
+}
+
+TEST_CASE("wrong_content_range shifts the Content-Range of 206 answers", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string size = std::to_string(content.size());
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.wrong_content_range(1);
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str());  // a 200 is not touched and does not count
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=10-19"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->get_header_value("Content-Range") == "bytes 11-20/" + size);
+  CHECK(r->body == content.substr(10, 10));
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=10-19"}});
+  REQUIRE(r);
+  CHECK(r->get_header_value("Content-Range") == "bytes 10-19/" + size);
+  s.wrong_content_range(1, "", -1);
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=10-19"}});
+  REQUIRE(r);
+  CHECK(r->get_header_value("Content-Range") == "bytes 9-18/" + size);
+  auto log = s.log();
+  REQUIRE(log.size() == 5);
+  CHECK(log[2].fault == "wrong_content_range");
+  CHECK(log[2].content_range == "bytes 11-20/" + size);
+  CHECK(log[3].fault.empty());
+}
+
+TEST_CASE("overlong_body sends more than declared, in each framing", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string size = std::to_string(content.size());
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  const auto get = [&] {
+    return raw_request(s.port(), raw_get(host_of(s, true), target, {"Range: bytes=0-9"}));
+  };
+
+  SECTION("Content-Length") {
+    s.overlong_body(5, 1, "", OverlongMode::ContentLength);
+    auto raw = get();
+    CHECK(raw.closed);
+    CHECK(header_value(raw.headers(), "Content-Length") == "10");
+    CHECK(header_value(raw.headers(), "Content-Range") == "bytes 0-9/" + size);
+    CHECK(raw.body() == content.substr(0, 15));
+  }
+  SECTION("chunked") {
+    s.overlong_body(5, 1, "", OverlongMode::Chunked);
+    auto raw = raw_request(
+        s.port(), raw_get(host_of(s, true), target, {"Range: bytes=0-9", "Connection: close"}));
+    CHECK(header_value(raw.headers(), "Transfer-Encoding") == "chunked");
+    CHECK(header_value(raw.headers(), "Content-Length").empty());
+    CHECK(header_value(raw.headers(), "Content-Range") == "bytes 0-9/" + size);
+    CHECK(raw.body() == "f\r\n" + content.substr(0, 15) + "\r\n0\r\n\r\n");
+  }
+  SECTION("close-delimited, past the end of the file") {
+    s.overlong_body(5, 1, "", OverlongMode::CloseDelimited);
+    auto raw = raw_request(s.port(), raw_get(host_of(s, true), target, {"Range: bytes=-3"}));
+    CHECK(raw.closed);
+    CHECK(header_value(raw.headers(), "Content-Length").empty());
+    CHECK(raw.body() == content.substr(content.size() - 3) + "XXXXX");
+  }
+  auto log = s.log();
+  REQUIRE(log.size() == 2);
+  CHECK(log[1].fault == "overlong");
+  CHECK_FALSE(log[1].dropped);
+  CHECK((log[1].body_bytes == 15 || log[1].body_bytes == 8));
+}
+
+TEST_CASE("change_etag_after: the blob changes after n CDN requests", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string sha = sha256_hex(content);
+  const std::string etag = "\"" + sha + "\"";
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.change_etag_after(2);
+  auto cdn = f.cdn();
+  httplib::Headers h{{"Range", "bytes=0-99"}, {"If-Match", etag}};
+  for (int i = 0; i < 2; ++i) {
+    auto r = cdn.Get(target.c_str(), h);
+    REQUIRE(r);
+    CHECK(r->status == 206);
+    CHECK(r->get_header_value("ETag") == etag);
+  }
+  auto r = cdn.Get(target.c_str(), h);
+  REQUIRE(r);
+  CHECK(r->status == 412);
+  CHECK(r->get_header_value("ETag") == HubServer::changed_etag(sha));
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-99"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->get_header_value("ETag") == HubServer::changed_etag(sha));
+  REQUIRE(r->body.size() == 100);
+  CHECK(r->body != content.substr(0, 100));
+  CHECK(static_cast<unsigned char>(r->body[0]) ==
+        (static_cast<unsigned char>(content[0]) ^ HubServer::kChangedXor));
+  // The Hub still names the old sha256.
+  auto hub = f.hub();
+  auto res = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(res);
+  CHECK(res->get_header_value("X-Linked-Etag") == etag);
+
+  s.change_etag_after(-1);
+  r = cdn.Get(target.c_str(), h);
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->body == content.substr(0, 100));
+
+  auto log = s.log();
+  REQUIRE(log.size() == 7);
+  CHECK(log[2].fault.empty());
+  CHECK(log[3].status == 412);
+  CHECK(log[3].fault == "etag_changed");
+  CHECK(log[3].if_match == etag);
+}
+
+TEST_CASE("gated repos need the token; the token is logged as a hash", "[switches]") {
+  Options opt;
+  opt.token = "hf_secret";
+  opt.gated_repos = {kSmall};
+  Fixture f(opt);
+  auto& s = *f.server;
+  auto hub = f.hub();
+  auto r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Error-Code") == "GatedRepo");
+  r = hub.Get("/org/small/resolve/main/config.json", {{"Authorization", "Bearer wrong"}});
+  REQUIRE(r);
+  CHECK(r->status == 403);
+  r = hub.Get("/org/small/resolve/main/model.safetensors", {{"Authorization", "Bearer hf_secret"}});
+  REQUIRE(r);
+  CHECK(r->status == 302);
+  // The CDN URL is signed: no token needed there.
+  auto cdn = f.cdn();
+  auto b = cdn.Get(target_of(r->get_header_value("Location")).c_str());
+  REQUIRE(b);
+  CHECK(b->status == 200);
+  // Other repos are open.
+  r = hub.Get("/org/llama-tiny-sharded/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  // At run time.
+  s.set_gated_repos({});
+  r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 200);
+
+  auto log = s.log();
+  REQUIRE(log.size() == 6);
+  CHECK_FALSE(log[0].authorization);
+  CHECK(log[0].authorization_sha256.empty());
+  CHECK(log[0].error_code == "GatedRepo");
+  CHECK(log[1].authorization);
+  CHECK(log[1].authorization_sha256 == sha256_hex("Bearer wrong"));
+  CHECK(log[1].authorization_value.empty());  // values only on request
+  CHECK(log[2].authorization_sha256 == sha256_hex("Bearer hf_secret"));
+  CHECK_FALSE(log[3].authorization);  // the CDN request
+}
+
+TEST_CASE("private repos answer 401 without the token", "[switches]") {
+  Options opt;
+  opt.log_authorization_values = true;
+  Fixture f(opt);
+  auto& s = *f.server;
+  s.set_token("tok");
+  s.set_private_repos({kDataset});
+  auto hub = f.hub();
+  auto r = hub.Get("/datasets/org/ds/resolve/main/README.md");
+  REQUIRE(r);
+  CHECK(r->status == 401);
+  r = hub.Get("/datasets/org/ds/resolve/main/README.md", {{"Authorization", "Bearer nope"}});
+  REQUIRE(r);
+  CHECK(r->status == 401);
+  r = hub.Get("/datasets/org/ds/resolve/main/README.md", {{"Authorization", "Bearer tok"}});
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  auto a = hub.Get("/api/datasets/org/ds");
+  REQUIRE(a);
+  CHECK(a->status == 401);
+  auto log = s.log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[1].authorization_value == "Bearer nope");
+  CHECK(log[2].authorization_value == "Bearer tok");
+}
+
+TEST_CASE("signed CDN URLs expire after cdn_url_ttl_ms", "[switches]") {
+  Options opt;
+  opt.cdn_url_ttl_ms = 300;
+  Fixture f(opt);
+  auto& s = *f.server;
+  std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(r);
+  CHECK(r->status == 403);
+  CHECK(r->body.find("expired") != std::string::npos);
+  // Resolving again gives a fresh URL.
+  target = f.cdn_target(kSmall, "model.safetensors");
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  auto log = s.log();
+  REQUIRE(log.size() == 5);
+  CHECK(log[2].fault == "expired");
+  CHECK(log[2].status == 403);
+  s.set_cdn_url_ttl_ms(0);
+}
+
+TEST_CASE("enforce_hosts: Hub routes on the Hub name, blobs on the CDN name", "[switches]") {
+  Options opt;
+  opt.enforce_hosts = true;
+  Fixture f(opt);
+  auto hub = f.hub();
+  auto cdn = f.cdn();
+  auto r = cdn.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 421);
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  r = hub.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->status == 421);
+  r = cdn.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  auto log = f.server->log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[0].fault == "misdirected");
+}
+
+TEST_CASE("switches are off by default and reset_switches restores the options", "[switches]") {
+  Options opt;
+  opt.latency_ms = 50;
+  Fixture f(opt);
+  auto& s = *f.server;
+  s.set_latency_ms(0);
+  s.fail_next(-1);
+  s.drop_after(1, -1);
+  s.stall_after(1, -1);
+  s.wrong_content_range(-1);
+  s.overlong_body(1, -1);
+  s.set_ignore_range(true);
+  s.change_etag_after(0);
+  s.reset_switches();
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = cdn.Get(target.c_str(), {{"Range", "bytes=5-9"}});
+  REQUIRE(r);
+  CHECK(ms_since(t0) >= 50);
+  CHECK(r->status == 206);
+  CHECK(r->body == content.substr(5, 5));
+  CHECK(r->get_header_value("ETag") == "\"" + sha256_hex(content) + "\"");
+  for (const auto& rec : s.log()) CHECK(rec.fault.empty());
+}

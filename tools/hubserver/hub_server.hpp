@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// A Hugging Face Hub-like HTTP(S) server for tests, the demo and the benchmarks.
+//
+// It serves repositories from a directory:
+//   ROOT/{org}/{name}/...files               model repos     (repo id "org/name")
+//   ROOT/datasets/{org}/{name}/...files      dataset repos   (repo id "datasets/org/name")
+// Optional per-repo control files (never served): `.commit` (40-hex commit sha of `main`;
+// default sha1 of the repo id) and `.refs` (lines "REF SHA", e.g. "refs/pr/1 <sha>").
+//
+// Routes (one socket, two host names: the Hub at endpoint(), the "CDN" at cdn_endpoint()):
+//   GET|HEAD /{repo}/resolve/{rev}/{path...}   LFS files (*.safetensors, ...): 302 to the CDN
+//            with X-Repo-Commit, X-Linked-Etag ("<sha256>"), X-Linked-Size, ETag, Location;
+//            small files: 200/206 directly with a git-blob ETag and X-Repo-Commit.
+//   GET|HEAD /cdn/{sha256}?expires=MS&sig=HEX  the blob, ETag "<sha256>", If-Match (412), Range.
+//   GET      /api/models/{org}/{name}[/revision/{rev}]  (and /api/datasets/...) repo info JSON.
+//   GET      /_admin/log | /_admin/clear | /_admin/stats | /_admin/set?...  (never logged)
+// Errors carry X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo.
+//
+// Every request is recorded (RequestRecord) in memory and optionally appended as one JSON
+// line to a file. Thread-safe: all setters may be called while requests are in flight.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tensorfetch::testing {
+
+// How a response body longer than declared is framed (see HubServer::overlong_body).
+enum class OverlongMode {
+  ContentLength,   // Content-Length (and Content-Range) say N, N + extra bytes are sent, then close
+  Chunked,         // Transfer-Encoding: chunked; Content-Range says N; N + extra bytes of chunks
+  CloseDelimited,  // no Content-Length; Content-Range says N; N + extra bytes, then close
+};
+
+struct Options {
+  std::filesystem::path root;  // repos are read from here (may be empty: no repos)
+  std::string bind_address = "127.0.0.1";
+  int port = 0;                               // 0: an ephemeral port, returned by start()
+  std::string hub_host = "localhost";         // host name of endpoint()
+  std::string cdn_host = "127.0.0.1";         // host name used in the CDN redirect URLs
+  bool enforce_hosts = false;                 // 421 when a Hub route is asked on the CDN host or
+                                              // vice versa (only when the two names differ)
+  std::size_t threads = 64;                   // worker threads (one per open connection)
+  int keep_alive_timeout_s = 5;               // idle keep-alive connections are closed after this
+  std::size_t keep_alive_max_count = 100000;  // requests per connection
+  std::filesystem::path log_file;             // if set, every record is appended as a JSON line
+  bool log_authorization_values = false;      // also store the raw Authorization value
+
+  // TLS: both set = HTTPS (see generate_self_signed_cert).
+  std::filesystem::path tls_cert;
+  std::filesystem::path tls_key;
+
+  // Which files are "LFS" (served through the CDN redirect): these suffixes, or any file of
+  // at least lfs_threshold bytes.
+  std::vector<std::string> lfs_suffixes = {".safetensors", ".bin", ".pt",      ".pth", ".gguf",
+                                           ".onnx",        ".h5",  ".msgpack", ".ckpt"};
+  std::uint64_t lfs_threshold = 10 * 1024 * 1024;
+
+  // Switches (all off by default); each also has a runtime setter on HubServer.
+  int latency_ms = 0;                      // added before answering any request (Hub and CDN)
+  bool ignore_range = false;               // answer 200 with the full body to Range requests
+  std::string token;                       // the token gated/private repos accept ("" = none)
+  std::vector<std::string> gated_repos;    // 403 GatedRepo unless "Bearer <token>"
+  std::vector<std::string> private_repos;  // 401 unless "Bearer <token>"
+  bool unknown_repo_401 = false;    // like the real Hub: unknown repo without a token → 401
+  std::int64_t cdn_url_ttl_ms = 0;  // signed CDN URLs expire after this (0: 1 year) → 403
+};
+
+// One request, as the server saw it. Times are ms since start(), monotonic.
+struct RequestRecord {
+  std::uint64_t seq = 0;             // arrival order, from 1
+  double start_ms = 0;               // request headers parsed, handler entered
+  double end_ms = 0;                 // response (headers and body) written, or connection dropped
+  std::string method;                // GET, HEAD, ...
+  std::string host;                  // Host header as sent ("localhost:1234")
+  std::string target;                // raw path + query as sent (still percent-encoded)
+  std::string range;                 // Range header ("" = none)
+  std::string if_match;              // If-Match header
+  bool authorization = false;        // an Authorization header was present
+  std::string authorization_sha256;  // hex sha256 of the whole header value ("" = none)
+  std::string authorization_value;   // raw value, only with Options::log_authorization_values
+  std::string user_agent;
+  int client_port = 0;   // the client's port: one value per TCP connection
+  std::string kind;      // "resolve", "cdn", "api" or "other"
+  std::string repo;      // "org/name" or "datasets/org/name" ("" = n/a; cdn: the blob's)
+  std::string revision;  // decoded revision asked for (resolve/api)
+  std::string file;      // file path in the repo (cdn: of the blob, as last resolved)
+  int status = 0;
+  std::string content_range;         // Content-Range sent
+  std::int64_t content_length = -1;  // Content-Length sent (-1 = none)
+  std::uint64_t body_bytes = 0;      // body bytes written to the socket (payload, no framing)
+  std::string etag;                  // ETag sent
+  std::string location;              // Location sent
+  std::string error_code;            // X-Error-Code sent
+  std::string retry_after;           // Retry-After (or RateLimit) sent
+  bool dropped = false;              // the server closed the connection before the body was done
+  std::string fault;                 // the switch that shaped this response ("" = none): fail,
+                                     // drop, stall, wrong_content_range, overlong, ignore_range,
+                                     // etag_changed, expired, bad_signature, misdirected
+  std::string to_json() const;       // one line, no newline
+  static RequestRecord from_json(std::string_view line);  // throws on malformed input
+};
+
+// Summary figures of a log.
+struct LogSummary {
+  std::size_t requests = 0;
+  std::size_t resolve_requests = 0;
+  std::size_t cdn_requests = 0;
+  std::size_t connections = 0;  // distinct client ports
+  int round_trips = 0;          // see round_trips()
+  std::uint64_t body_bytes = 0;
+  double wall_ms = 0;  // first start to last end
+  std::string to_json() const;
+};
+
+// The length of the longest chain of requests each of which started after the previous one
+// ended: the number of sequential round trips the client needed. Meaningful with latency
+// (parallel requests then overlap); 0 for an empty log.
+int round_trips(const std::vector<RequestRecord>& log);
+LogSummary summarize(const std::vector<RequestRecord>& log);
+// Reads a JSON-lines log file written by the server (Options::log_file). A record is written
+// when it enters the log; if it changes afterwards (its last write failed), it is written
+// again with the same seq: the last line for a seq wins, in the order of first appearance.
+std::vector<RequestRecord> read_log_file(const std::filesystem::path& path);
+
+// Writes a self-signed certificate (EC P-256, SANs DNS:localhost, IP:127.0.0.1, IP:::1;
+// usable as its own CA bundle) and its key into DIR (created if needed) as cert.pem and
+// key.pem. Returns {cert, key}. Throws std::runtime_error on failure.
+struct TlsFiles {
+  std::filesystem::path cert;
+  std::filesystem::path key;
+};
+TlsFiles generate_self_signed_cert(const std::filesystem::path& dir, int valid_days = 30);
+
+// Git blob id: hex sha1 of "blob {size}\0" + content (what the Hub uses as a small file's ETag).
+std::string git_blob_sha1(std::string_view content);
+// Default commit of a repo without a .commit file: hex sha1 of the repo id.
+std::string default_commit(std::string_view repo_id);
+
+class HubServer {
+ public:
+  explicit HubServer(Options options);
+  ~HubServer();  // stops
+  HubServer(const HubServer&) = delete;
+  HubServer& operator=(const HubServer&) = delete;
+
+  // Binds and starts serving on a background thread; returns the port. Throws
+  // std::runtime_error (bad TLS files, port in use, already started).
+  int start();
+  // Stops serving: wakes latency waits and stalls, closes open connections, joins threads.
+  // Idempotent. The log survives.
+  void stop();
+  bool running() const;
+  int port() const;
+  bool tls() const;
+  std::string endpoint() const;      // "http(s)://{hub_host}:{port}"
+  std::string cdn_endpoint() const;  // "http(s)://{cdn_host}:{port}"
+
+  // --- the request log
+  std::vector<RequestRecord> log() const;  // completed requests, in completion order
+  std::vector<RequestRecord> take_log();   // returns and clears
+  void clear_log();
+  std::size_t request_count() const;
+
+  // --- repos
+  // The commit `rev` resolves to ("" = unknown repo or revision). Reads .commit/.refs.
+  std::string commit(std::string_view repo_id, std::string_view rev = "main") const;
+  // Points REF of a repo at SHA (e.g. moves "main" mid-load); every sha ever set keeps
+  // resolving.
+  void set_ref(std::string_view repo_id, std::string_view ref, std::string_view sha);
+  // Moves REF to SHA after `requests` more resolve/api requests of that repo (the next
+  // `requests` ones still see the old commit): a branch that moves in the middle of a load.
+  void move_ref_after(std::string_view repo_id, std::string_view ref, std::string_view sha,
+                      int requests);
+  // Hashes every file of every repo now (sha256 of LFS files, git ids of the others), so that
+  // no request pays for it later (benchmarks). Returns the number of files. Without it, a
+  // file is hashed on its first request, once.
+  std::size_t warm_up();
+  // sha256 of a repo file (computed once, cached); "" if absent.
+  std::string file_sha256(std::string_view repo_id, std::string_view path);
+  // The CDN URL the server would redirect to for that file ("" if absent).
+  std::string cdn_url(std::string_view repo_id, std::string_view path);
+
+  // --- switches (runtime; thread-safe). `match`: only requests whose raw target or repo file
+  // ("org/name/path") contains this substring ("" = all). `n`: how many matching requests
+  // (-1 = every one until reset_switches()).
+  void set_latency_ms(int ms);
+  void set_ignore_range(bool on);
+  // The next n matching requests (any route) are answered STATUS (429/503/...) with
+  // `Retry-After: s`, or with `RateLimit: "default";r=0;t=s` when use_ratelimit_header.
+  void fail_next(int n, int status = 503, int retry_after_s = 1, bool use_ratelimit_header = false,
+                 std::string match = "");
+  // Close the connection after sending `bytes` body bytes (bodies of files only).
+  void drop_after(std::uint64_t bytes, int n = 1, std::string match = "");
+  // Send `bytes` body bytes, then stall for stall_ms (-1: until stop()), then close.
+  void stall_after(std::uint64_t bytes, int n = 1, std::string match = "", int stall_ms = -1);
+  // 206 responses carry a Content-Range shifted by `shift` (the body is the asked range).
+  void wrong_content_range(int n = 1, std::string match = "", std::int64_t shift = 1);
+  // Bodies are `extra` bytes longer than declared (see OverlongMode).
+  void overlong_body(std::uint64_t extra, int n = 1, std::string match = "",
+                     OverlongMode mode = OverlongMode::ContentLength);
+  // After `cdn_requests` more CDN requests, every blob changes: new ETag, different bytes;
+  // If-Match with the old ETag then fails with 412. -1 turns it off (blobs change back).
+  void change_etag_after(int cdn_requests);
+  void set_token(std::string token);
+  void set_gated_repos(std::vector<std::string> repos);
+  void set_private_repos(std::vector<std::string> repos);
+  void set_unknown_repo_401(bool on);
+  void set_cdn_url_ttl_ms(std::int64_t ms);
+  // Back to the switches given in Options (faults cleared).
+  void reset_switches();
+
+  // The changed ETag/content the CDN serves after change_etag_after (for tests).
+  static std::string changed_etag(std::string_view sha256);
+  static constexpr unsigned char kChangedXor = 0x5A;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tensorfetch::testing
