@@ -74,7 +74,7 @@ struct Options {
 struct RequestRecord {
   std::uint64_t seq = 0;             // arrival order, from 1
   double start_ms = 0;               // request headers parsed, handler entered
-  double end_ms = 0;                 // response (headers and body) written, or connection dropped
+  double end_ms = 0;                 // before the response's last bytes went out, or at close
   std::string method;                // GET, HEAD, ...
   std::string host;                  // Host header as sent ("localhost:1234")
   std::string target;                // raw path + query as sent (still percent-encoded)
@@ -161,7 +161,9 @@ class HubServer {
   std::string cdn_endpoint() const;  // "http(s)://{cdn_host}:{port}"
 
   // --- the request log
-  std::vector<RequestRecord> log() const;  // completed requests, in completion order
+  // Completed requests, in completion order. A record is in the log before its client can
+  // see the end of the response, so a test may look right after a request returns.
+  std::vector<RequestRecord> log() const;
   std::vector<RequestRecord> take_log();   // returns and clears
   void clear_log();
   std::size_t request_count() const;
