@@ -41,8 +41,11 @@ struct OpenOptions {
   /// Bytes asked for by the first range request of each file (W); a second request follows only
   /// when the header is larger.
   std::uint64_t header_window = 256 << 10;
-  /// Parallel HTTP transfers.
+  /// Parallel HTTP transfers of tensor data.
   std::size_t connections = 16;
+  /// Parallel HTTP transfers while reading headers on open: small requests, so every shard of
+  /// a large checkpoint can be asked for at once (one round trip for all of them).
+  std::size_t header_connections = 64;
   /// Retries of a failed request (429, 5xx, dropped or stalled connection).
   int max_retries = 5;
   /// First retry backoff in milliseconds (doubles, jittered).

@@ -377,7 +377,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   auto location = detail::parse_location(location_text, false);
   if (!location) return fail(location.error());
   detail::HttpOptions http;
-  http.max_parallel = std::max<std::size_t>(1, options.connections);
+  http.max_parallel = std::max<std::size_t>(1, options.header_connections);
   http.max_retries = options.max_retries;
   http.backoff_base_ms = options.retry_backoff_ms;
   http.stall_timeout_ms = options.stall_timeout_ms;

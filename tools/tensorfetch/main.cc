@@ -14,8 +14,11 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
   command.add_option("--window", options.header_window,
                      "Bytes asked for by the first range request of each file (default 262144)")
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
-  command.add_option("--connections", options.connections, "Parallel HTTP transfers (default 16)")
+  command.add_option("--connections", options.connections, "Parallel HTTP transfers of tensor data (default 16)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
+  command.add_option("--header-connections", options.header_connections,
+                     "Parallel HTTP transfers while reading headers (default 64)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
   command.add_option("--retries", options.max_retries, "Retries of a failed request (default 5)")
       ->check(CLI::Range(0, 100));
 }
