@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: install what is needed, build, generate a small sharded checkpoint, then
-# inspect it and pull a few tensors (and a slice) out of it with `get`.
+# inspect it and pull a few tensors (and a slice) out of it with `get`; then serve it with
+# the Hub-like test server and inspect it over HTTP from its headers alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -22,6 +23,21 @@ step "$tf" get "$model" 'model.layers.2.*' 'lm_head.weight[0:16, :]' -o "$out/su
 step "$tf" inspect "$out/subset.safetensors" --all
 step "$tf" get "$model" 'model.layers.[45].mlp.*' -o "$out/sharded/"
 step ls -l "$out/sharded"
+printf '\nThe same checkpoint served over HTTP by the Hub-like test server (50 ms latency per request),\n'
+printf 'inspected from its headers alone as the Hub repo hf://demo/llama-tiny:\n'
+mkdir -p "$out/hub/demo"
+ln -sfn "$(realpath "$model")" "$out/hub/demo/llama-tiny"
+build-demo/tools/hubserver/tensorfetch-test-server --root "$out/hub" --latency-ms 50 \
+  --log "$out/hub.log" > "$out/endpoint" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [[ -s $out/endpoint ]] && break; sleep 0.05; done
+endpoint=$(head -n1 "$out/endpoint")
+step "$tf" inspect hf://demo/llama-tiny --endpoint "$endpoint"
+sleep 0.2
+echo "requests the server saw: $(wc -l < "$out/hub.log") (3 + 2 per shard; no tensor data moved)"
+kill $server 2>/dev/null || true
+
 printf '\nA file that breaks the format rules is refused with exit code 2:\n'
 printf '\x10\x00\x00\x00\x00\x00\x00\x00 {"a":1}        ' > "$out/bad.safetensors"
 set +e
