@@ -5,39 +5,15 @@
 #include <map>
 
 #include "format/json_internal.h"
+#include "format/percent.h"
 #include "tensorfetch/index.hpp"
 
 namespace tensorfetch {
 
+using detail::percent_decode;
 using detail::quote_name;
 
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Decodes %XX escapes once; malformed escapes are kept as they are.
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size()) {
-      int hi = hex_value(s[i + 1]);
-      int lo = hex_value(s[i + 2]);
-      if (hi >= 0 && lo >= 0) {
-        out += static_cast<char>(hi * 16 + lo);
-        i += 2;
-        continue;
-      }
-    }
-    out += s[i];
-  }
-  return out;
-}
 
 Result<void> unsafe(std::string_view name, const std::string& why) {
   return fail(ErrorCode::UnsafeShardName, "unsafe shard name " + quote_name(name) + ": " + why);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 
+#include "format/percent.h"
 #include "tensorfetch/index.hpp"
 
 namespace tensorfetch::detail {
@@ -20,26 +21,6 @@ bool repo_part_ok(std::string_view s) {
 
 Result<void> bad(std::string_view text, const std::string& why) {
   return fail(ErrorCode::InvalidArgument, "location '" + std::string(text) + "': " + why);
-}
-
-int hex(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
 }
 
 // Parses what follows hf:// (or a bare ORG/NAME[@REV][/PATH]).
