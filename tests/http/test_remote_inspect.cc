@@ -39,6 +39,8 @@ struct Root {
     fs::copy_file(reference() / "dtypes" / "model.safetensors", dir / "datasets" / "org" / "data" / "model.safetensors");
     fs::create_directories(dir / "org" / "config-only");
     std::ofstream(dir / "org" / "config-only" / "config.json") << "{}";
+    fs::create_directories(dir / "org" / "bad-index");
+    std::ofstream(dir / "org" / "bad-index" / "model.safetensors.index.json") << "{\"weight_map\": [1,";
     fs::create_directories(dir / "org" / "unsafe-index");
     std::ofstream(dir / "org" / "unsafe-index" / "model.safetensors.index.json")
         << R"({"weight_map":{"w":"../escape.safetensors"}})";
@@ -304,6 +306,66 @@ TEST_CASE("remote: HTTPS is verified: the test CA passes, no CA is a TLS failure
   INFO((ok ? std::string() : ok.error().message));
   REQUIRE(ok);
   CHECK(ok->tensors().size() == 57);
+  // CURL_CA_BUNDLE is honoured when no CA file is given.
+  o.ca_file.clear();
+  ::setenv("CURL_CA_BUNDLE", tls.cert.c_str(), 1);
+  auto via_env = Checkpoint::open("hf://org/llama-tiny-single", o);
+  ::unsetenv("CURL_CA_BUNDLE");
+  CHECK(via_env);
   server.stop();
   fs::remove_all(dir);
+}
+
+TEST_CASE("remote: a malformed index is refused as a bad index (exit 2) naming the file", "[remote][errors]") {
+  Fixture f;
+  auto r = Checkpoint::open("hf://org/bad-index", f.open_options());
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == ErrorCode::InvalidIndex);
+  CHECK(exit_code(r.error().code) == 2);
+  CHECK_THAT(r.error().message, Catch::Contains("model.safetensors.index.json"));
+}
+
+TEST_CASE("remote: a connection dropped mid-body and a stalled transfer are retried and the open succeeds", "[remote][faults]") {
+  if (reference().empty()) return;
+  Fixture f;
+  f.server.drop_after(100, 1, "/cdn/");
+  auto o = f.open_options();
+  auto dropped = Checkpoint::open("hf://org/llama-tiny-single/model.safetensors", o);
+  REQUIRE(dropped);
+  auto log = f.server.take_log();
+  CHECK(std::count_if(log.begin(), log.end(), [](const auto& r) { return r.dropped; }) == 1);
+  CHECK(count_kind(log, "cdn") == 2);
+
+  f.server.stall_after(100, 1, "/cdn/", 20'000);
+  o.stall_timeout_ms = 1000;
+  auto stalled = Checkpoint::open("hf://org/llama-tiny-single/model.safetensors", o);
+  REQUIRE(stalled);
+  CHECK(stalled->tensors().size() == 57);
+  // The stalled attempt is still hanging on the server (its record lands when it ends); the
+  // client gave up on it after the stall timeout and sent one more CDN request.
+  CHECK(stalled->requests() == 2 + 1);  // resolve (302), the stalled CDN read, its retry
+  CHECK(count_kind(f.server.take_log(), "cdn") == 1);
+  f.server.reset_switches();
+}
+
+TEST_CASE("remote: without an explicit token, $HF_TOKEN and then $HF_HOME/token are used", "[remote][token]") {
+  if (reference().empty()) return;
+  Fixture f;
+  f.server.set_token("from-file");
+  f.server.set_private_repos({"org/llama-tiny-single"});
+  char tmpl[] = "/tmp/tf-hfhome-XXXXXX";
+  fs::path home = ::mkdtemp(tmpl);
+  std::ofstream(home / "token") << "from-file\n";
+  ::unsetenv("HF_TOKEN");
+  ::setenv("HF_HOME", home.c_str(), 1);
+  auto o = f.open_options();
+  o.token.reset();
+  auto ok = Checkpoint::open("hf://org/llama-tiny-single", o);
+  CHECK(ok);
+  ::setenv("HF_TOKEN", "wrong", 1);  // HF_TOKEN wins over the file
+  auto wrong = Checkpoint::open("hf://org/llama-tiny-single", o);
+  CHECK_FALSE(wrong);
+  ::unsetenv("HF_TOKEN");
+  ::unsetenv("HF_HOME");
+  fs::remove_all(home);
 }
