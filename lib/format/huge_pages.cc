@@ -94,7 +94,8 @@ void* HugePageArena::do_allocate(std::size_t bytes, std::size_t alignment) {
 }
 
 void HugePageArena::do_deallocate(void* p, std::size_t bytes, std::size_t alignment) {
-  if constexpr (kHeapOnly) ::operator delete(p, bytes, std::align_val_t(alignment));
+  if constexpr (kHeapOnly) ::operator delete(p, std::align_val_t(alignment));
+  (void)bytes;
   // Otherwise monotonic: blocks are released with the arena.
 }
 
