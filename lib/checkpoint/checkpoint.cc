@@ -286,12 +286,7 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
       continue;
     }
     if (!has_glob(sel.pattern)) {
-      auto it = impl_->by_name.find(sel.pattern);
-      if (it == impl_->by_name.end()) {
-        return fail(ErrorCode::NotFound, impl_->location + ": no tensor named " + quote_name(sel.pattern));
-      }
-      if (auto r = choose(it->second, sel); !r) return fail(r.error());
-      continue;
+      return fail(ErrorCode::NotFound, impl_->location + ": no tensor named " + quote_name(sel.pattern));
     }
     bool any = false;
     for (std::size_t i = 0; i < impl_->tensors.size(); ++i) {

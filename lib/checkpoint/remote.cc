@@ -255,7 +255,8 @@ struct Remote {
 
   Result<void> open_url() {
     const std::string& url = location.url;
-    const std::string name = url.substr(0, url.find_first_of("?#")).substr(url.substr(0, url.find_first_of("?#")).rfind('/') + 1);
+    const std::string_view without_query = std::string_view(url).substr(0, url.find_first_of("?#"));
+    const std::string name(without_query.substr(without_query.rfind('/') + 1));
     if (detail::is_index_path(name)) {
       std::vector<HttpRequest> reqs{request(url, std::nullopt, kMaxIndexSize)};
       auto results = client.perform(reqs);
