@@ -60,8 +60,7 @@ Result<void> check_shard_name(std::string_view name) {
   std::string decoded = percent_decode(name);
   if (decoded != name) {
     // An encoded separator would change the segments once a server decodes it.
-    std::string lower;
-    for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string lower = detail::ascii_lower(name);
     if (lower.find("%2f") != std::string::npos || lower.find("%5c") != std::string::npos) {
       return unsafe(name, "percent-encoded path separator");
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "format/json_internal.h"
+#include "format/percent.h"
 
 namespace tensorfetch {
 
@@ -30,12 +31,6 @@ struct QuantConfig {
   std::string expert_dtype;              // lower-case
   std::vector<Group> groups;
 };
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string_view suffix_of(std::string_view name) {
   auto dot = name.rfind('.');
@@ -283,14 +278,14 @@ Result<std::optional<QuantConfig>> read_config(std::string_view text) {
     }
   }
   QuantConfig q;
-  q.method = lower(string_of(qc, "quant_method"));
+  q.method = detail::ascii_lower(string_of(qc, "quant_method"));
   q.bits = int_of(qc, "bits");
   bool b = false;
   if (!qc["load_in_4bit"].get_bool().get(b)) q.load_in_4bit = b;
   q.not_convert = strings_at(qc, "modules_to_not_convert");
   q.ignore = strings_at(qc, "ignore");
-  q.format = lower(string_of(qc, "format"));
-  q.expert_dtype = lower(string_of(qc, "expert_dtype"));
+  q.format = detail::ascii_lower(string_of(qc, "format"));
+  q.expert_dtype = detail::ascii_lower(string_of(qc, "expert_dtype"));
   simdjson::dom::object groups;
   if (!qc["config_groups"].get_object().get(groups)) {
     for (auto field : groups) {
@@ -298,7 +293,7 @@ Result<std::optional<QuantConfig>> read_config(std::string_view text) {
       if (field.value.get_object().get(g)) continue;
       Group group;
       group.targets = strings_at(g, "targets");
-      group.format = lower(string_of(g, "format"));
+      group.format = detail::ascii_lower(string_of(g, "format"));
       simdjson::dom::object weights;
       if (!g["weights"].get_object().get(weights)) group.num_bits = int_of(weights, "num_bits");
       q.groups.push_back(std::move(group));

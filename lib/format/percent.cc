@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "format/percent.h"
 
+#include <cctype>
+
 namespace tensorfetch::detail {
 
 namespace {
@@ -25,6 +27,12 @@ std::string percent_decode(std::string_view s) {
       out += s[i];
     }
   }
+  return out;
+}
+
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 

@@ -182,7 +182,7 @@ std::string url_authority(std::string_view url) {
   if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
   if (authority.empty()) return {};
   std::string out(url.substr(0, host_start));
-  for (char c : authority) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  out += ascii_lower(authority);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 
+#include "format/percent.h"
 #include "hub/location.h"
 
 namespace tensorfetch::detail {
@@ -25,12 +26,6 @@ constexpr std::uint64_t kMaxErrorBody = 64 << 10;
 void global_init() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 std::string_view trim(std::string_view s) {
@@ -117,7 +112,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   }
   auto colon = line.find(':');
   if (colon != std::string_view::npos) {
-    t->current_headers[lower(trim(line.substr(0, colon)))] = std::string(trim(line.substr(colon + 1)));
+    t->current_headers[ascii_lower(trim(line.substr(0, colon)))] = std::string(trim(line.substr(colon + 1)));
   }
   return n;
 }
