@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -54,6 +55,49 @@ struct OpenOptions {
   long stall_timeout_ms = 30'000;
   /// Connect (TCP + TLS) timeout.
   long connect_timeout_ms = 10'000;
+  /// Root of the tensorfetch cache; empty: `$TENSORFETCH_CACHE`, else
+  /// `$XDG_CACHE_HOME/tensorfetch`, else `~/.cache/tensorfetch`.
+  std::string cache_dir;
+  /// No network at all: open from what earlier fetches recorded in the cache (or from a
+  /// Hugging Face cache snapshot). Unset: true when `$HF_HUB_OFFLINE` is `1`, `true` or `yes`.
+  std::optional<bool> offline;
+  /// The Hugging Face hub cache, whose files are used instead of downloading them; empty:
+  /// `$HF_HUB_CACHE`, else `$HF_HOME/hub` (HF_HOME defaults to `~/.cache/huggingface`).
+  std::string hf_hub_cache;
+};
+
+/// Progress of a fetch. A plain value.
+struct FetchProgress {
+  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
+  std::uint64_t bytes_total = 0;   ///< bytes to transfer (what the cache did not hold)
+  std::uint64_t bytes_cached = 0;  ///< wanted bytes the cache already held
+  std::size_t files_done = 0;      ///< files with nothing left to transfer
+  std::size_t files_total = 0;     ///< files involved
+  double seconds = 0;              ///< since the fetch started
+};
+
+/// How to fetch tensor bytes. A plain value.
+struct FetchOptions {
+  /// Two wanted ranges of a file separated by a hole of at most this many bytes are fetched
+  /// as one request (H).
+  std::uint64_t coalesce_gap = 1 << 20;
+  /// Transfers are split into chunks of at most this many bytes (C), so that many connections
+  /// share one large tensor.
+  std::uint64_t chunk_size = 8 << 20;
+  /// Parallel transfers; 0: `OpenOptions::connections`.
+  std::size_t connections = 0;
+  /// Called on the fetching thread at most every 100 ms and at the end; return false to
+  /// cancel (the fetch then fails with `Cancelled`; what arrived whole is kept).
+  std::function<bool(const FetchProgress&)> progress;
+};
+
+/// What a fetch did. A plain value.
+struct FetchStats {
+  std::uint64_t bytes_transferred = 0;  ///< bytes received over the network
+  std::uint64_t bytes_cached = 0;       ///< wanted bytes already in the cache
+  std::uint64_t requests = 0;           ///< HTTP requests sent (retries included)
+  std::uint64_t retries = 0;            ///< of which retries
+  std::size_t chunks = 0;               ///< planned transfers
 };
 
 /// A tensor of a checkpoint: its header entry and the file that holds it.
@@ -62,8 +106,8 @@ struct TensorRef {
   std::size_t file = 0;              ///< position in `Checkpoint::files()`
 };
 
-/// Bytes of one tensor (or slice). The views point into memory owned by the `Checkpoint`
-/// (a read-only mmap) and are valid until it is destroyed or moved from.
+/// Bytes of one tensor. The views point into memory owned by the `Checkpoint` (a read-only
+/// mmap of the local file or of its cache blob) and are valid until it is destroyed.
 struct TensorView {
   std::string_view name;                 ///< the tensor's name
   DType dtype = DType::U8;               ///< element type
@@ -99,7 +143,8 @@ struct WriteOptions {
 /// (`transformer/`, `unet/`, `diffusion_pytorch_model*`). Every file's header is validated
 /// on open, and for a sharded checkpoint the index must agree with the shards exactly.
 ///
-/// Thread-safety: after `open` returns, all const members may be called concurrently.
+/// Thread-safety: after `open` returns, all const members may be called concurrently (also
+/// while one thread runs `fetch`).
 /// Move-only; views handed out stay valid until the object is destroyed.
 class Checkpoint {
  public:
@@ -124,7 +169,7 @@ class Checkpoint {
   [[nodiscard]] const std::optional<std::string>& commit() const noexcept;
   /// The repo's `config.json`, when there is one (Hub repos and directories).
   [[nodiscard]] const std::optional<std::string>& config_json() const noexcept;
-  /// Requests sent while opening (remote: every hop and retry; local: 0).
+  /// Requests sent while opening (remote: every hop and retry; local or offline: 0).
   [[nodiscard]] std::uint64_t requests() const noexcept;
   /// The safetensors files, in index order (one for a single file).
   [[nodiscard]] const std::vector<CheckpointFile>& files() const noexcept;
@@ -140,8 +185,27 @@ class Checkpoint {
   /// nothing is `NotFound`; an invalid slice is reported with the tensor's name.
   [[nodiscard]] Result<std::vector<Selection>> select(std::span<const Selector> selectors) const;
 
-  /// A zero-copy view of a whole tensor.
+  /// A zero-copy view of a whole tensor. For a remote checkpoint the tensor's bytes must have
+  /// been fetched (into the cache, by this or any process): else `NotFetched`. Only bytes
+  /// committed to the cache are ever handed out.
   [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
+
+  /// Makes the selected tensors' bytes (only the slices' byte ranges, for sliced selections)
+  /// present in the local cache: what the cache lacks is planned (coalesced, split into chunks)
+  /// and transferred over parallel connections, then committed durably. A no-op for local
+  /// checkpoints. Not to be called concurrently with another `fetch` on the same object;
+  /// const members may run meanwhile.
+  [[nodiscard]] Result<FetchStats> fetch(std::span<const Selection> selection, const FetchOptions& options = {});
+
+  /// Fetches every file whole (a download); each is verified against its sha256 when the
+  /// server named one, and marked complete.
+  [[nodiscard]] Result<FetchStats> fetch_all(const FetchOptions& options = {});
+
+  /// Saves every file of the checkpoint into `dir`, named as in the repo: the safetensors
+  /// files, the index, and `config.json` when there is one. Remote files must have been
+  /// fetched whole (`fetch_all`); they are hard-linked from the cache (read-only) when it is
+  /// on the same file system, else copied. Files appear complete or not at all.
+  [[nodiscard]] Result<void> save_files(const std::string& dir) const;
 
   /// Writes the selection as a new valid safetensors file at `out` (or, with
   /// `sharded_output`, a directory of shards named as the source plus an index). Output

@@ -37,7 +37,9 @@ enum class ErrorCode {
   SliceOutOfRange,    ///< a slice index outside the tensor's shape, or start > stop
   SliceMisaligned,    ///< a slice of a sub-byte dtype that does not start/end on a byte
   NotFound,           ///< a local file, or a tensor name, that does not exist
-  Io,                 ///< a local read or write failed
+  Io,                 ///< a local read or write failed (including a full disk)
+  Cancelled,          ///< the caller cancelled the operation (a progress callback said stop)
+  NotFetched,         ///< a remote tensor's bytes are not (yet) in the local cache
   // --- network or remote (exit 3) ---
   Network,            ///< connection, TLS, timeout or protocol failure (after retries)
   RemoteNotFound,     ///< repo, revision or file not found on the server

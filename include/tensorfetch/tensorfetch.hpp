@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tensorfetch/byte_range.hpp"
+#include "tensorfetch/cache.hpp"
 #include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"

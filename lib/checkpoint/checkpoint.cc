@@ -237,26 +237,6 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
   return Checkpoint(std::move(impl));
 }
 
-Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
-  if (impl_->remote) {
-    return fail(ErrorCode::InvalidArgument,
-                impl_->location + ": tensor data of a remote checkpoint is not local; this build "
-                                  "reads remote headers only (inspect)");
-  }
-  if (tensor.file >= impl_->maps.size() || tensor.info == nullptr) {
-    return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
-  }
-  const Header& header = impl_->headers[tensor.file];
-  ByteRange range = header.file_range(*tensor.info);
-  auto bytes = impl_->maps[tensor.file].bytes();
-  if (range.end() > bytes.size()) {
-    return fail(ErrorCode::Io, impl_->local_path(tensor.file) + ": tensor " +
-                                   quote_name(tensor.info->name) + " lies beyond the mapped file");
-  }
-  return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape,
-                    bytes.subspan(range.offset, range.length)};
-}
-
 Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> selectors) const {
   // Chosen tensors by position in tensors(), with the selector that chose them.
   std::map<std::size_t, const Selector*> chosen;

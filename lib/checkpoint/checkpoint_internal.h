@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/blob.h"
 #include "cache/mapped_file.h"
 #include "tensorfetch/checkpoint.hpp"
 
@@ -15,6 +16,23 @@ namespace tensorfetch {
 /// Opens a remote checkpoint (Hub repo or http(s) URL) into `impl`. In remote.cc.
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
                                        const OpenOptions& options);
+
+/// Opens a remote checkpoint from the cache alone (a manifest an earlier fetch recorded),
+/// without any request. In snapshot.cc.
+[[nodiscard]] Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>& keys);
+
+/// Records what `impl` is made of under its snapshot keys, for offline opens. In snapshot.cc.
+[[nodiscard]] Result<void> write_snapshot(const Checkpoint::Impl& impl);
+
+/// What a remote file needs beyond CheckpointFile, to fetch its bytes.
+struct RemoteFileState {
+  std::string resolve_url;                  // the URL asked first (resolve URL or direct URL)
+  std::optional<std::string> range_etag;    // ETag of the server answering ranges (If-Match)
+  std::optional<std::string> linked_etag;   // X-Linked-Etag (the Hub's sha256)
+  std::string prefix;                       // first bytes read by open (header and more)
+  std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open)
+  std::string local_path;                   // a complete copy found in the HF cache, if any
+};
 
 struct Checkpoint::Impl {
   std::string location;                          // as given
@@ -30,9 +48,21 @@ struct Checkpoint::Impl {
   std::optional<std::string> commit;             // X-Repo-Commit
   std::optional<std::string> config_json;        // config.json, when found
   std::uint64_t requests = 0;                    // HTTP requests sent by open
+  // Remote only:
+  OpenOptions options;                           // as given to open
+  std::vector<RemoteFileState> rfiles;           // one per file
+  std::string index_text;                        // the index as received
+  std::string token, token_authority, endpoint;  // resolved auth and endpoint
+  std::string cache_root;                        // tensorfetch cache
+  std::vector<std::string> snapshot_keys;        // manifest names to record after a fetch
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();
+
+  /// The bytes of file `file` (a local mapping, or the mapped cache blob), after checking that
+  /// every range of `needed` is present (`NotFetched` naming `what` otherwise).
+  [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
+                                                                const std::string& what) const;
 
   [[nodiscard]] std::string local_path(std::size_t file) const {
     return root.empty() ? files[file].path : root + "/" + files[file].path;

@@ -6,12 +6,15 @@
 //  3. only for headers larger than W: the rest of those headers, at once.
 // No HEAD: sizes come from Content-Range. Redirects are followed one hop at a time so that the
 // token goes to the endpoint host only, and the CDN URL is kept for later range requests.
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "checkpoint/checkpoint_internal.h"
 #include "format/json_internal.h"
+#include "format/percent.h"
 #include "hub/location.h"
 #include "net/http_client.h"
 
@@ -134,8 +137,9 @@ struct Remote {
     return {};
   }
 
-  // Where a file's header bytes were received: fills size, etag, url of `file`.
-  Result<std::string> file_prefix(const HttpResponse& r, CheckpointFile& file, const std::string& what) {
+  // Where a file's header bytes were received: fills size, etag, url of `file`; returns the
+  // bytes and what later range requests need.
+  Result<RemoteFileState> file_prefix(const HttpResponse& r, CheckpointFile& file, const std::string& what) {
     std::uint64_t size = 0;
     if (r.status == 206) {
       size = r.content_range->total;
@@ -161,26 +165,31 @@ struct Remote {
                                               " the download reported (" + r.url + ")");
     }
     file.size = size;
-    std::string etag = find_header(r, "x-linked-etag");
-    if (etag.empty()) etag = header_or(r.headers, "etag");
-    if (!etag.empty()) file.etag = etag;
+    RemoteFileState state;
+    state.resolve_url = r.redirects.empty() ? r.url : r.redirects.front().url;
+    std::string linked = find_header(r, "x-linked-etag");
+    std::string etag = header_or(r.headers, "etag");
+    if (!linked.empty()) state.linked_etag = linked;
+    if (!etag.empty()) state.range_etag = etag;
+    if (!linked.empty() || !etag.empty()) file.etag = linked.empty() ? etag : linked;
     file.url = r.url;
     if (auto c = note_commit(r, what); !c) return fail(c.error());
-    return r.body;
+    state.prefix = r.body;
+    return state;
   }
 
   std::uint64_t window() const { return std::max<std::uint64_t>(options.header_window, 64); }
 
   // Reads and parses the headers of every file in impl.files, whose `url` fields hold the
   // URLs to ask (resolve URLs or direct URLs). `prefixes` may already hold first bytes.
-  Result<void> load_headers(std::vector<std::optional<std::string>> prefixes) {
+  Result<void> load_headers(std::vector<std::optional<RemoteFileState>> states) {
     const std::size_t n = impl.files.size();
-    prefixes.resize(n);
+    states.resize(n);
     // Round: the first W bytes of every file not yet read.
     std::vector<HttpRequest> reqs;
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < n; ++i) {
-      if (prefixes[i]) continue;
+      if (states[i]) continue;
       reqs.push_back(request(impl.files[i].url, ByteRange{0, window()}, window()));
       which.push_back(i);
     }
@@ -189,22 +198,22 @@ struct Remote {
       const std::size_t i = which[k];
       const std::string what = impl.files[i].path;
       if (!results[k]) return fail(results[k].error().with_context(what));
-      auto prefix = file_prefix(*results[k], impl.files[i], what);
-      if (!prefix) return fail(prefix.error());
-      prefixes[i] = std::move(*prefix);
+      auto state = file_prefix(*results[k], impl.files[i], what);
+      if (!state) return fail(state.error());
+      states[i] = std::move(*state);
     }
     // Round: the rest of the headers larger than W, at once.
     reqs.clear();
     which.clear();
     for (std::size_t i = 0; i < n; ++i) {
-      auto& bytes = *prefixes[i];
+      auto& bytes = states[i]->prefix;
       auto size = parse_header_size(std::as_bytes(std::span(bytes)), impl.files[i].size);
       if (!size) return fail(size.error().with_context(impl.files[i].path));
       const std::uint64_t need = kPrefixSize + *size;
       if (need > bytes.size()) {
         HttpRequest r = request(impl.files[i].url, ByteRange{bytes.size(), need - bytes.size()},
                                 need - bytes.size());
-        r.if_match = impl.files[i].etag;
+        r.if_match = states[i]->range_etag;
         reqs.push_back(std::move(r));
         which.push_back(i);
       }
@@ -227,16 +236,18 @@ struct Remote {
                                                 std::to_string(impl.files[i].size) + " to " +
                                                 std::to_string(r.content_range->total) + ": " + r.url);
         }
-        *prefixes[i] += r.body;
+        states[i]->prefix += r.body;
       }
     }
     impl.headers.resize(n);
     HeaderParser parser;
     for (std::size_t i = 0; i < n; ++i) {
-      auto header = parser.parse_file_prefix(std::as_bytes(std::span(*prefixes[i])), impl.files[i].size);
+      auto header = parser.parse_file_prefix(std::as_bytes(std::span(states[i]->prefix)), impl.files[i].size);
       if (!header) return fail(header.error().with_context(impl.files[i].path + " (" + impl.files[i].url + ")"));
       impl.headers[i] = std::move(*header);
     }
+    impl.rfiles.resize(n);
+    for (std::size_t i = 0; i < n; ++i) impl.rfiles[i] = std::move(*states[i]);
     return {};
   }
 
@@ -247,6 +258,7 @@ struct Remote {
     if (!index) return fail(index.error().with_context(index_path));
     impl.index = std::move(*index);
     impl.index_name = index_path;
+    impl.index_text = text;
     for (const auto& shard : impl.index->shards) {
       impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, shard_url(shard)});
     }
@@ -362,14 +374,14 @@ struct Remote {
       return use_index(r.body, path, [&](const std::string& shard) { return resolve(rev, dir + shard); });
     }
     CheckpointFile file{path, 0, std::nullopt, resolve(rev, path)};
-    auto prefix = file_prefix(r, file, path);
-    if (!prefix) return fail(prefix.error());
+    auto state = file_prefix(r, file, path);
+    if (!state) return fail(state.error());
     impl.files.push_back(std::move(file));
-    pending_prefix = std::move(*prefix);
+    pending_state = std::move(*state);
     return {};
   }
 
-  std::optional<std::string> pending_prefix;  // first bytes already read in round 1
+  std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
 };
 
 }  // namespace
@@ -390,15 +402,68 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
   remote.token = options.token ? *options.token : find_token();
   remote.token_authority = detail::url_authority(remote.endpoint);
+  impl.options = options;
+  impl.endpoint = remote.endpoint;
+  impl.token = remote.token;
+  impl.token_authority = remote.token_authority;
+  impl.cache_root = !options.cache_dir.empty() ? options.cache_dir : detail::default_cache_root();
+  const auto& loc = remote.location;
+  auto key = [&](const std::string& revision) {
+    if (loc.kind == detail::LocationKind::Http) return detail::sha256_hex("url\n" + loc.url);
+    return detail::sha256_hex("hub\n" + remote.endpoint + "\n" + (loc.hub.dataset ? "datasets/" : "") +
+                              loc.hub.repo_id + "\n" + revision + "\n" + loc.hub.path.value_or(""));
+  };
+  impl.snapshot_keys = {key(loc.hub.revision)};
+  bool offline = options.offline.value_or(false);
+  if (!options.offline) {
+    const std::string v = detail::ascii_lower(env("HF_HUB_OFFLINE"));
+    offline = v == "1" || v == "true" || v == "yes" || v == "on";
+  }
+  if (offline) {
+    auto r = open_offline(impl, impl.snapshot_keys);
+    if (!r) return fail(r.error().with_context(std::string(location_text)));
+    return {};
+  }
 
   Result<void> opened = remote.location.kind == detail::LocationKind::Http ? remote.open_url() : remote.open_hub();
   if (opened) {
-    std::vector<std::optional<std::string>> prefixes;
-    if (remote.pending_prefix) prefixes.push_back(std::move(remote.pending_prefix));
-    opened = remote.load_headers(std::move(prefixes));
+    std::vector<std::optional<RemoteFileState>> states;
+    if (remote.pending_state) states.push_back(std::move(remote.pending_state));
+    opened = remote.load_headers(std::move(states));
   }
   impl.requests = remote.client.stats().requests;
   if (!opened) return fail(opened.error().with_context(std::string(location_text)));
+  if (impl.commit && loc.kind == detail::LocationKind::Hub && *impl.commit != loc.hub.revision) {
+    impl.snapshot_keys.push_back(key(*impl.commit));
+  }
+  // Files the Hugging Face cache already holds (same sha256) are read from there: no download.
+  if (loc.kind == detail::LocationKind::Hub) {
+    std::string hub_cache = !options.hf_hub_cache.empty() ? options.hf_hub_cache : env("HF_HUB_CACHE");
+    if (hub_cache.empty()) {
+      std::string home = env("HF_HOME");
+      if (home.empty() && !env("HOME").empty()) home = env("HOME") + "/.cache/huggingface";
+      if (!home.empty()) hub_cache = home + "/hub";
+    }
+    std::string repo_dir = loc.hub.repo_id;
+    for (std::size_t p = repo_dir.find('/'); p != std::string::npos; p = repo_dir.find('/', p + 2)) {
+      repo_dir.replace(p, 1, "--");
+    }
+    repo_dir = hub_cache + "/" + (loc.hub.dataset ? "datasets--" : "models--") + repo_dir + "/blobs/";
+    for (std::size_t i = 0; i < impl.files.size() && !hub_cache.empty(); ++i) {
+      auto id = detail::blob_identity(impl.rfiles[i].resolve_url, impl.rfiles[i].linked_etag, impl.files[i].size);
+      if (!id.sha256) continue;
+      struct stat st {};
+      const std::string path = repo_dir + *id.sha256;
+      if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          static_cast<std::uint64_t>(st.st_size) == impl.files[i].size) {
+        auto map = detail::MappedFile::open(path);
+        if (!map) continue;
+        impl.maps.resize(impl.files.size());
+        impl.maps[i] = std::move(*map);
+        impl.rfiles[i].local_path = path;
+      }
+    }
+  }
   return {};
 }
 

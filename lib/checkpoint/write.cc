@@ -3,6 +3,7 @@
 // a temporary name, flushed, and renamed into place; an index is renamed last, so a reader
 // never sees an index naming a shard that is not complete.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,23 @@ class PendingFile {
       }
       p += n;
       left -= static_cast<std::size_t>(n);
+    }
+    return {};
+  }
+
+  /// Writes mapped bytes in 8 MiB pieces, dropping each piece's pages from this process's
+  /// resident set once written (the page cache keeps them), so memory stays flat however much
+  /// is copied.
+  Result<void> write_dropping(std::span<const std::byte> bytes) {
+    constexpr std::size_t kPiece = 8 << 20;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    while (!bytes.empty()) {
+      auto piece = bytes.first(std::min(kPiece, bytes.size()));
+      if (auto r = write(piece); !r) return r;
+      auto begin = (reinterpret_cast<std::uintptr_t>(piece.data()) + page - 1) & ~(page - 1);
+      auto end = reinterpret_cast<std::uintptr_t>(piece.data() + piece.size()) & ~(page - 1);
+      if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+      bytes = bytes.subspan(piece.size());
     }
     return {};
   }
@@ -179,10 +197,17 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     if (!file) return fail(file.error());
     if (auto r = file->write(std::as_bytes(std::span(layout->prefix))); !r) return r;
     for (const Selection* s : o.tensors) {
-      auto view = this->view(s->ref);
-      if (!view) return fail(view.error());
-      for (const auto& range : s->plan.ranges) {
-        if (auto r = file->write(view->bytes.subspan(range.offset, range.length)); !r) return r;
+      const ByteRange base = impl_->headers[s->ref.file].file_range(*s->ref.info);
+      std::vector<ByteRange> needed;
+      for (const auto& range : s->plan.ranges) needed.push_back(ByteRange{base.offset + range.offset, range.length});
+      auto bytes = impl_->served_bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name));
+      if (!bytes) return fail(bytes.error());
+      for (const auto& range : needed) {
+        if (range.end() > bytes->size()) {
+          return fail(ErrorCode::Io, impl_->files[s->ref.file].path + ": tensor " +
+                                         detail::quote_name(s->ref.info->name) + " lies beyond the file");
+        }
+        if (auto r = file->write_dropping(bytes->subspan(range.offset, range.length)); !r) return r;
       }
     }
     if (auto r = file->finish(); !r) return r;

@@ -27,6 +27,8 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::SliceMisaligned: return "SliceMisaligned";
     case ErrorCode::NotFound: return "NotFound";
     case ErrorCode::Io: return "Io";
+    case ErrorCode::Cancelled: return "Cancelled";
+    case ErrorCode::NotFetched: return "NotFetched";
     case ErrorCode::Network: return "Network";
     case ErrorCode::RemoteNotFound: return "RemoteNotFound";
     case ErrorCode::Unauthorized: return "Unauthorized";
@@ -70,6 +72,8 @@ int exit_code(ErrorCode code) noexcept {
     case ErrorCode::SliceMisaligned:
     case ErrorCode::NotFound:
     case ErrorCode::Io:
+    case ErrorCode::Cancelled:
+    case ErrorCode::NotFetched:
       return 1;
   }
   return 1;

@@ -94,12 +94,93 @@ struct Transfer {
   bool overflow = false;     // cut because the body was longer than allowed
   Clock::time_point due{};   // for a scheduled retry
   char error[CURL_ERROR_SIZE] = {};
+  // Streaming (request->sink): bytes handed to the sink over all attempts, whether the current
+  // attempt's response was checked, and why it was refused.
+  std::uint64_t delivered = 0;
+  std::uint64_t delivered_before = 0;  // at the start of the current attempt
+  bool validated = false;
+  std::optional<Error> sink_error;
+
+  // The range still wanted: the request's, minus what a sink already has.
+  [[nodiscard]] std::optional<ByteRange> range() const {
+    if (!request->range) return std::nullopt;
+    return ByteRange{request->range->offset + delivered, request->range->length - delivered};
+  }
 };
 
 std::string describe(const Transfer& t) {
   std::string s = t.url;
-  if (t.request->range) s += " (" + range_text(*t.request->range) + ")";
+  if (auto r = t.range()) s += " (" + range_text(*r) + ")";
   return s;
+}
+
+std::string strip_weak(std::string_view etag) {
+  etag = trim(etag);
+  if (etag.starts_with("W/")) etag.remove_prefix(2);
+  return std::string(etag);
+}
+
+// Checks a response before its first byte goes to a sink (see HttpRequest::sink).
+std::optional<Error> validate_for_sink(const Transfer& t) {
+  const auto& req = *t.request;
+  const ByteRange want = *t.range();
+  const std::string where = describe(t);
+  auto header = [&](const char* name) {
+    auto it = t.current_headers.find(name);
+    return it == t.current_headers.end() ? std::string() : it->second;
+  };
+  if (req.if_match) {
+    const std::string etag = header("etag");
+    if (!etag.empty() && strip_weak(etag) != strip_weak(*req.if_match)) {
+      return Error{ErrorCode::Integrity, where + ": the server sent ETag " + etag + " instead of the pinned " +
+                                             *req.if_match + " (the file changed on the server)"};
+    }
+  }
+  if (t.status == 200) {
+    std::uint64_t length = 0;
+    const bool whole = want.offset == 0 && parse_u64(header("content-length"), length) && length == want.length &&
+                       (!req.expected_size || *req.expected_size == length);
+    if (whole) return std::nullopt;
+    return Error{ErrorCode::BadResponse, where + ": the server ignored the Range header (HTTP 200 with the whole file)"};
+  }
+  const std::string text = header("content-range");
+  auto cr = parse_content_range(text);
+  if (!cr) {
+    return Error{ErrorCode::BadResponse, where + ": 206 with a missing or malformed Content-Range '" + text + "'"};
+  }
+  if (cr->first != want.offset || cr->last != want.end() - 1) {
+    return Error{ErrorCode::BadResponse, where + ": server answered Content-Range '" + text + "' for the requested " +
+                                             range_text(want)};
+  }
+  if (req.expected_size && cr->total != *req.expected_size) {
+    return Error{ErrorCode::Integrity, where + ": the file's size is now " + std::to_string(cr->total) + ", not " +
+                                           std::to_string(*req.expected_size) + " (the file changed on the server)"};
+  }
+  return std::nullopt;
+}
+
+// Streams a body piece to the request's sink; returns false to stop the transfer.
+bool stream_to_sink(Transfer& t, const char* data, std::size_t n) {
+  if (!t.validated) {
+    if (auto e = validate_for_sink(t)) {
+      t.sink_error = std::move(e);
+      return false;
+    }
+    t.validated = true;
+  }
+  const ByteRange& asked = *t.request->range;
+  if (t.delivered + n > asked.length) {
+    t.sink_error = Error{ErrorCode::BadResponse, describe(t) + ": response body is longer than the requested range (" +
+                                                     std::to_string(asked.length) + " bytes)"};
+    return false;
+  }
+  auto r = t.request->sink->write(asked.offset + t.delivered, std::as_bytes(std::span(data, n)));
+  if (!r) {
+    t.sink_error = r.error();
+    return false;
+  }
+  t.delivered += n;
+  return true;
 }
 
 size_t on_header(char* data, size_t size, size_t count, void* user) {
@@ -124,6 +205,10 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
   if (status >= 300 && status < 400) return n;  // redirect bodies are not kept
   const auto& req = *t->request;
+  if (req.sink && (status == 200 || status == 206)) {
+    t->status = status;
+    return stream_to_sink(*t, data, n) ? n : 0;
+  }
   std::uint64_t limit = req.max_body;
   if (status >= 400) limit = kMaxErrorBody;
   if (req.range && (status == 200 || status == 206)) limit = std::min(limit, req.range->length);
@@ -214,6 +299,9 @@ struct HttpClient::Impl {
     t.body.clear();
     t.truncated = t.overflow = false;
     t.error[0] = '\0';
+    t.validated = false;
+    t.sink_error.reset();
+    t.delivered_before = t.delivered;
     ++t.attempt;
     ++stats.requests;
     CURL* e = t.easy;
@@ -240,10 +328,11 @@ struct HttpClient::Impl {
     curl_easy_setopt(e, CURLOPT_USERAGENT, options.user_agent.c_str());
     curl_slist* h = nullptr;
     const auto& req = *t.request;
-    if (req.range) {
-      const std::string r = "Range: " + range_text(*req.range);
+    if (auto range = t.range()) {
+      const std::string r = "Range: " + range_text(*range);
       h = curl_slist_append(h, r.c_str());
     }
+    if (req.sink) curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes
     if (req.if_match) h = curl_slist_append(h, ("If-Match: " + *req.if_match).c_str());
     if (!req.bearer_token.empty() && !req.token_authority.empty() &&
         url_authority(t.url) == req.token_authority) {
@@ -268,7 +357,11 @@ struct HttpClient::Impl {
   Next evaluate(Transfer& t, CURLcode code, std::optional<Result<HttpResponse>>& result, long& wait_ms) {
     const auto& req = *t.request;
     curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
-    stats.bytes += t.body.size();
+    stats.bytes += t.body.size() + (t.delivered - t.delivered_before);
+    if (t.sink_error) {  // refused before or while streaming: final, never retried
+      result = fail(*t.sink_error);
+      return Next::Done;
+    }
     const bool cut_on_purpose = code == CURLE_WRITE_ERROR && !t.overflow;
     if (code != CURLE_OK && !cut_on_purpose) {
       if (t.overflow) {
@@ -313,6 +406,16 @@ struct HttpClient::Impl {
         return Next::Retry;
       }
     }
+    if (req.sink && (t.status == 200 || t.status == 206) && t.delivered < req.range->length) {
+      // The response ended early without a transport error (or before any byte): resume.
+      if (t.attempt <= options.max_retries) {
+        wait_ms = backoff_ms(t.attempt - 1);
+        return Next::Retry;
+      }
+      result = fail(ErrorCode::BadResponse, describe(t) + ": the response ended after " + std::to_string(t.delivered) +
+                                                " of " + std::to_string(req.range->length) + " bytes");
+      return Next::Done;
+    }
     HttpResponse& r = t.response;
     r.status = t.status;
     r.url = t.url;
@@ -320,7 +423,7 @@ struct HttpClient::Impl {
     r.body = std::move(t.body);
     r.truncated = t.truncated;
     r.attempts = t.attempt;
-    if (r.status == 206) {
+    if (r.status == 206 && !req.sink) {
       auto it = r.headers.find("content-range");
       r.content_range = it == r.headers.end() ? std::nullopt : parse_content_range(it->second);
       if (!r.content_range) {
@@ -352,7 +455,7 @@ struct HttpClient::Impl {
     return Next::Done;
   }
 
-  std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests) {
+  std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests, const DoneCallback& on_done) {
     std::vector<Transfer> transfers(requests.size());
     std::vector<std::optional<Result<HttpResponse>>> results(requests.size());
     std::deque<std::size_t> ready;
@@ -361,11 +464,15 @@ struct HttpClient::Impl {
       transfers[i].request = &requests[i];
       transfers[i].index = i;
       transfers[i].url = requests[i].url;
-      if (requests[i].range && requests[i].range->length == 0) {
-        results[i] = fail(ErrorCode::InvalidArgument, requests[i].url + ": empty byte range requested");
+      if ((requests[i].range && requests[i].range->length == 0) || (requests[i].sink && !requests[i].range)) {
+        results[i] = fail(ErrorCode::InvalidArgument, requests[i].url + ": empty or missing byte range");
         continue;
       }
       ready.push_back(i);
+    }
+    bool cancelled = false;
+    for (std::size_t i = 0; i < requests.size() && !cancelled; ++i) {
+      if (results[i] && on_done && !on_done(i, *results[i])) cancelled = true;
     }
     std::size_t active = 0;
     while (active > 0 || !ready.empty() || !waiting.empty()) {
@@ -399,6 +506,7 @@ struct HttpClient::Impl {
         switch (next) {
           case Next::Done:
             results[t->index] = std::move(result);
+            if (on_done && !on_done(t->index, *results[t->index])) cancelled = true;
             break;
           case Next::Redirect:
             ready.push_front(t->index);
@@ -409,6 +517,17 @@ struct HttpClient::Impl {
             waiting.push_back(t->index);
             break;
         }
+      }
+      if (cancelled) {
+        for (auto& t : transfers) {
+          if (t.easy) {
+            finish_attempt(t);
+            --active;
+          }
+        }
+        ready.clear();
+        waiting.clear();
+        break;
       }
       if (active == 0 && ready.empty() && waiting.empty()) break;
       long timeout_ms = 1000;
@@ -421,7 +540,13 @@ struct HttpClient::Impl {
     }
     std::vector<Result<HttpResponse>> out;
     out.reserve(results.size());
-    for (auto& r : results) out.push_back(std::move(*r));
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      if (results[i]) {
+        out.push_back(std::move(*results[i]));
+      } else {
+        out.push_back(fail(ErrorCode::Cancelled, describe(transfers[i]) + ": cancelled"));
+      }
+    }
     return out;
   }
 };
@@ -432,7 +557,12 @@ HttpClient& HttpClient::operator=(HttpClient&&) noexcept = default;
 HttpClient::~HttpClient() = default;
 
 std::vector<Result<HttpResponse>> HttpClient::perform(std::span<const HttpRequest> requests) {
-  return impl_->perform(requests);
+  return impl_->perform(requests, nullptr);
+}
+
+std::vector<Result<HttpResponse>> HttpClient::perform(std::span<const HttpRequest> requests,
+                                                      const DoneCallback& on_done) {
+  return impl_->perform(requests, on_done);
 }
 
 const HttpStats& HttpClient::stats() const noexcept { return impl_->stats; }

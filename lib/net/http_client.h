@@ -35,6 +35,17 @@ struct HttpOptions {
 /// Response headers: lower-case names; a repeated header keeps its last value.
 using Headers = std::map<std::string, std::string>;
 
+/// Receives the body of a validated 2xx response to a range request, piece by piece, instead of
+/// memory: `HttpRequest::sink`. Called on the thread that runs `HttpClient::perform`.
+class BodySink {
+ public:
+  virtual ~BodySink() = default;
+  /// `data` holds the resource's bytes from `offset` on (absolute, not relative to the range).
+  /// Pieces arrive in order; after a retry they continue where the last one stopped. An error
+  /// stops the request at once, without a retry, and becomes its result.
+  virtual Result<void> write(std::uint64_t offset, std::span<const std::byte> data) = 0;
+};
+
 /// One request. A plain value.
 struct HttpRequest {
   std::string url;                      ///< absolute http(s) URL
@@ -44,6 +55,13 @@ struct HttpRequest {
   std::optional<std::string> if_match;  ///< `If-Match` (quoted ETag)
   std::uint64_t max_body = 1 << 20;     ///< bodies larger than this are refused (see HttpResponse)
   int max_redirects = 10;               ///< 3xx hops followed
+  /// Streams the body here instead of `HttpResponse::body` (requires `range`). Before the first
+  /// byte is handed over the response must be a `206` whose Content-Range is exactly the range
+  /// still wanted (or a `200` when that is the whole resource), whose total is `expected_size`
+  /// when set, and whose ETag (if sent) is `if_match`; otherwise the request fails without a
+  /// retry. A retry after a partial body asks only for the bytes not yet received.
+  BodySink* sink = nullptr;
+  std::optional<std::uint64_t> expected_size;  ///< with `sink`: the resource's size
 };
 
 /// A redirect hop: the 3xx response and where it pointed.
@@ -78,7 +96,7 @@ struct HttpResponse {
 struct HttpStats {
   std::uint64_t requests = 0;  ///< HTTP requests sent (every hop and retry)
   std::uint64_t retries = 0;   ///< of which retries
-  std::uint64_t bytes = 0;     ///< body bytes received
+  std::uint64_t bytes = 0;     ///< body bytes received (kept, streamed to sinks, or errors)
 };
 
 /// A libcurl multi client. Not thread-safe: one thread drives `perform`.
@@ -97,6 +115,14 @@ class HttpClient {
   /// Content-Range is not what was asked; a body longer than the range or than `max_body`).
   /// Errors name the URL and the byte range.
   [[nodiscard]] std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests);
+
+  /// Called as each request finishes, with its position and result; returning false cancels
+  /// every request still queued or in flight (their results are `Cancelled` errors).
+  using DoneCallback = std::function<bool(std::size_t index, const Result<HttpResponse>& result)>;
+
+  /// As above, reporting each result as soon as it is known.
+  [[nodiscard]] std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests,
+                                                          const DoneCallback& on_done);
 
   /// Counters since construction.
   [[nodiscard]] const HttpStats& stats() const noexcept;

@@ -25,7 +25,26 @@ struct GetOptions {
   std::vector<std::string> patterns;  ///< names or globs, each optionally NAME[SLICE]
   std::vector<std::string> slices;    ///< --slice 'NAME[...]'
   std::string output;                 ///< -o: a file, or a directory (ends in '/' or exists)
-  bool quiet = false;                 ///< no summary on stderr
+  bool quiet = false;                 ///< no progress or summary on stderr
+  FetchOptions fetch;                 ///< chunk size, coalescing gap
+};
+
+/// Options of `tensorfetch download`.
+struct DownloadOptions {
+  std::string location;  ///< URL or Hub repo (or a local checkpoint, copied)
+  OpenOptions open;      ///< endpoint, CA bundle, connections, cache
+  std::string output;    ///< -o DIR
+  bool quiet = false;    ///< no progress or summary on stderr
+  FetchOptions fetch;    ///< chunk size, coalescing gap
+};
+
+/// Options of `tensorfetch cache`.
+struct CacheOptions {
+  std::string action;            ///< ls, verify, rm, prune
+  std::string dir;               ///< --cache-dir (default: TENSORFETCH_CACHE ...)
+  std::vector<std::string> ids;  ///< blobs for verify/rm (verify: none = all)
+  std::uint64_t max_size = 0;    ///< prune --max-size
+  bool json = false;             ///< ls --json
 };
 
 /// Runs `inspect`; prints to stdout, errors to stderr.
@@ -33,6 +52,15 @@ int run_inspect(const InspectOptions& options);
 
 /// Runs `get`; prints a summary to stderr unless quiet.
 int run_get(const GetOptions& options);
+
+/// Runs `download`.
+int run_download(const DownloadOptions& options);
+
+/// Runs `cache ls|verify|rm|prune`.
+int run_cache(const CacheOptions& options);
+
+/// Adds --chunk-size and --coalesce-gap.
+void add_fetch_options(CLI::App& command, FetchOptions& options);
 
 /// Prints `tensorfetch: error: MESSAGE` and returns the exit code for the error.
 int report(const Error& error);

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "progress.h"
 
 namespace tensorfetch::cli {
 
@@ -61,6 +62,20 @@ int run_get(const GetOptions& options) {
   if (!sels->empty()) selection = ckpt->select(*sels);
   if (!selection) return report(selection.error());
 
+  FetchStats fetched;
+  if (ckpt->remote()) {
+    install_interrupt_handler();
+    FetchOptions fetch = options.fetch;
+    fetch.progress = progress_callback(options.quiet);
+    auto r = ckpt->fetch(*selection, fetch);
+    finish_progress();
+    if (!r) {
+      report(r.error());
+      return interrupted() ? 130 : exit_code(r.error().code);
+    }
+    fetched = *r;
+  }
+
   WriteOptions write_options;
   std::string out = options.output;
   if (out.ends_with('/') || is_directory(out)) {
@@ -74,7 +89,13 @@ int run_get(const GetOptions& options) {
     for (const auto& s : *selection) bytes += s.plan.nbytes;
     std::cerr << "tensorfetch: wrote " << selection->size()
               << (selection->size() == 1 ? " tensor" : " tensors") << " (" << bytes
-              << " bytes of tensor data) to " << options.output << '\n';
+              << " bytes of tensor data) to " << options.output;
+    if (ckpt->remote()) {
+      std::cerr << "; fetched " << human_bytes(static_cast<double>(fetched.bytes_transferred)) << " in "
+                << fetched.requests << " requests, " << human_bytes(static_cast<double>(fetched.bytes_cached))
+                << " from the cache";
+    }
+    std::cerr << '\n';
   }
   return 0;
 }

@@ -21,6 +21,22 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
   command.add_option("--retries", options.max_retries, "Retries of a failed request (default 5)")
       ->check(CLI::Range(0, 100));
+  command.add_option("--stall-timeout", options.stall_timeout_ms,
+                     "Milliseconds without a byte before a transfer is retried (default 30000)")
+      ->check(CLI::Range(1000L, 3'600'000L));
+  command.add_option("--cache-dir", options.cache_dir,
+                     "Cache root (default: $TENSORFETCH_CACHE, $XDG_CACHE_HOME/tensorfetch or ~/.cache/tensorfetch)");
+  command.add_flag("--offline{true}", options.offline,
+                   "No network: use what earlier fetches left in the cache (also: HF_HUB_OFFLINE=1)");
+}
+
+void add_fetch_options(CLI::App& command, FetchOptions& options) {
+  command.add_option("--chunk-size", options.chunk_size, "Largest single range transfer (default 8MiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 34));
+  command.add_option("--coalesce-gap", options.coalesce_gap,
+                     "Holes up to this size between wanted ranges are fetched too, saving a request (default 1MiB)")
+      ->transform(CLI::AsSizeValue(false));
 }
 
 }  // namespace tensorfetch::cli
@@ -50,7 +66,8 @@ int main(int argc, char** argv) {
   auto* get_cmd = app.add_subcommand(
       "get", "Write the selected tensors (or slices) to a new safetensors file");
   get_cmd->add_option("location", get.location,
-                      "A .safetensors file, a *.safetensors.index.json, or a directory")
+                      "A .safetensors file, a *.safetensors.index.json, a directory, an http(s) URL of "
+                      "either, or a Hub repo: hf://ORG/NAME[@REV][/PATH] or ORG/NAME")
       ->required();
   get_cmd->add_option("tensors", get.patterns,
                       "Names or globs (fnmatch: * ? [...]), each optionally with a slice: "
@@ -60,8 +77,39 @@ int main(int argc, char** argv) {
                       "Output file; a directory (existing, or ending in '/') gets one file per "
                       "source shard plus an index")
       ->required();
-  get_cmd->add_flag("-q,--quiet", get.quiet, "No summary on stderr");
+  get_cmd->add_flag("-q,--quiet", get.quiet, "No progress bar or summary on stderr");
   add_open_options(*get_cmd, get.open);
+  add_fetch_options(*get_cmd, get.fetch);
+
+  DownloadOptions download;
+  auto* download_cmd = app.add_subcommand(
+      "download", "Download a whole checkpoint (safetensors files, index, config.json) into a directory");
+  download_cmd->add_option("location", download.location,
+                           "An http(s) URL of a .safetensors file or an index, a Hub repo (hf://ORG/NAME[@REV][/PATH] "
+                           "or ORG/NAME), or a local checkpoint")
+      ->required();
+  download_cmd->add_option("-o,--output", download.output, "Directory to write into (created if needed)")->required();
+  download_cmd->add_flag("-q,--quiet", download.quiet, "No progress bar or summary on stderr");
+  add_open_options(*download_cmd, download.open);
+  add_fetch_options(*download_cmd, download.fetch);
+
+  CacheOptions cache;
+  auto* cache_cmd = app.add_subcommand("cache", "Inspect and manage the local cache");
+  cache_cmd->require_subcommand(1);
+  auto* cache_ls = cache_cmd->add_subcommand("ls", "List cached files: size, bytes present, disk use, last use");
+  cache_ls->add_flag("--json", cache.json, "Print a JSON array");
+  auto* cache_verify = cache_cmd->add_subcommand("verify", "Re-hash complete files against their sha256 (all, or the given)");
+  cache_verify->add_option("ids", cache.ids, "Blob ids (see cache ls)");
+  auto* cache_rm = cache_cmd->add_subcommand("rm", "Remove cached files (not while a process uses them)");
+  cache_rm->add_option("ids", cache.ids, "Blob ids (see cache ls)")->required();
+  auto* cache_prune = cache_cmd->add_subcommand("prune", "Remove least recently used files until the cache fits");
+  cache_prune->add_option("--max-size", cache.max_size, "Largest total disk use to keep, e.g. 20GB or 500MiB")
+      ->transform(CLI::AsSizeValue(true))
+      ->required();
+  for (auto* sub : {cache_ls, cache_verify, cache_rm, cache_prune}) {
+    sub->add_option("--cache-dir", cache.dir, "Cache root (default: $TENSORFETCH_CACHE, ...)");
+    sub->callback([&cache, sub] { cache.action = sub->get_name(); });
+  }
 
   try {
     app.parse(argc, argv);
@@ -73,8 +121,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
-    if (argc > 1 && argv[1][0] != '-' && std::string(argv[1]) != "inspect" && std::string(argv[1]) != "get") {
-      what = std::string("unknown command '") + argv[1] + "' (commands: inspect, get)";
+    const std::string first = argc > 1 ? argv[1] : "";
+    if (!first.empty() && first[0] != '-' && first != "inspect" && first != "get" && first != "download" &&
+        first != "cache") {
+      what = "unknown command '" + first + "' (commands: inspect, get, download, cache)";
     }
     std::cerr << "tensorfetch: usage error: " << what << "\nRun 'tensorfetch --help' for usage.\n";
     return 1;
@@ -82,6 +132,8 @@ int main(int argc, char** argv) {
   try {
     if (*inspect_cmd) return run_inspect(inspect);
     if (*get_cmd) return run_get(get);
+    if (*download_cmd) return run_download(download);
+    if (*cache_cmd) return run_cache(cache);
   } catch (const std::exception& e) {
     std::cerr << "tensorfetch: error: " << e.what() << '\n';
     return 1;

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// The local cache of remote files: listing, verification, removal and pruning. Safe to use
+/// while other processes fetch into the same cache: a blob in use is never removed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensorfetch/error.hpp"
+
+namespace tensorfetch {
+
+/// One cached remote file ("blob"). A plain value.
+struct CacheEntry {
+  std::string id;                     ///< blob id: the file's sha256, or `u` + a hash of URL/ETag/size
+  std::string url;                    ///< where it came from (query dropped)
+  std::uint64_t size = 0;             ///< the remote file's size
+  std::uint64_t present = 0;          ///< bytes committed to the cache
+  std::uint64_t disk_bytes = 0;       ///< bytes it occupies on disk (the file is sparse)
+  bool complete = false;              ///< every byte present (and verified when sha256 is known)
+  std::optional<std::string> sha256;  ///< expected content hash, if the server named one
+  std::int64_t last_used = 0;         ///< seconds since the epoch
+  bool in_use = false;                ///< a process has it open right now
+};
+
+/// What `cache_prune` did. A plain value.
+struct PruneReport {
+  std::size_t removed = 0;           ///< blobs removed
+  std::uint64_t freed_bytes = 0;     ///< their disk bytes
+  std::uint64_t remaining_bytes = 0; ///< disk bytes left in the cache
+  std::size_t skipped_in_use = 0;    ///< blobs that would have been removed but were in use
+};
+
+/// The cache root in force: `dir` if not empty, else `$TENSORFETCH_CACHE`, else
+/// `$XDG_CACHE_HOME/tensorfetch`, else `~/.cache/tensorfetch`.
+[[nodiscard]] std::string cache_root(const std::string& dir = {});
+
+/// Every blob, least recently used first.
+[[nodiscard]] Result<std::vector<CacheEntry>> cache_list(const std::string& dir = {});
+
+/// Re-hashes a blob (complete blobs with a sha256); a mismatch discards its bytes and is an
+/// `Integrity` error.
+[[nodiscard]] Result<void> cache_verify(const std::string& id, const std::string& dir = {});
+
+/// Removes a blob; refuses (`InvalidArgument`) while a process has it open.
+[[nodiscard]] Result<void> cache_remove(const std::string& id, const std::string& dir = {});
+
+/// Removes least recently used blobs until the cache occupies at most `max_bytes` on disk.
+[[nodiscard]] Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {});
+
+}  // namespace tensorfetch

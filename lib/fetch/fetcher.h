@@ -1,0 +1,59 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private: executes a fetch plan. Byte ranges of remote files are transferred over one libcurl
+// multi client (M connections), each chunk streamed straight into its cache blob at its offset;
+// a committer thread makes finished chunks durable and records them while transfers go on.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cache/blob.h"
+#include "net/http_client.h"
+#include "tensorfetch/checkpoint.hpp"
+
+namespace tensorfetch::detail {
+
+/// One remote file to fetch ranges of.
+struct FetchFile {
+  std::string what;                     ///< its name in messages (repo path)
+  std::string url;                      ///< where ranges are read (the CDN URL after redirects)
+  std::string resolve_url;              ///< asked again when `url` expires (403/410); "" = never
+  std::optional<std::string> if_match;  ///< ETag of the server answering `url`
+  std::optional<std::string> linked_etag;  ///< X-Linked-Etag (must not change on re-resolve)
+  std::uint64_t size = 0;               ///< file size
+  Blob* blob = nullptr;                 ///< destination
+  std::vector<ByteRange> wanted;        ///< byte ranges the caller wants present
+};
+
+/// How to fetch.
+struct FetchSettings {
+  HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS
+  std::string token;                 ///< bearer token (re-resolves only, to `token_authority`)
+  std::string token_authority;       ///< scheme://host[:port] allowed to receive the token
+  std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size
+  std::uint64_t max_chunk = 8 << 20; ///< split transfers into chunks of at most this
+  std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
+  long commit_interval_ms = 500;          ///< ...or this long has passed
+  std::function<bool(const FetchProgress&)> progress;  ///< false: cancel
+};
+
+/// What a fetch did.
+struct FetchReport {
+  std::uint64_t bytes_transferred = 0;  ///< body bytes received into blobs
+  std::uint64_t bytes_cached = 0;       ///< wanted bytes that were already present
+  std::uint64_t requests = 0;           ///< HTTP requests (hops and retries included)
+  std::uint64_t retries = 0;
+  std::size_t chunks = 0;               ///< planned transfers
+  std::size_t re_resolves = 0;          ///< expired URLs resolved again
+};
+
+/// Makes `wanted` of every file present in its blob: plans (cache subtracted, coalesced,
+/// split), transfers in parallel, commits durably. Files whose whole content ends up present
+/// are verified (sha256) and marked complete. On error, what was received completely is still
+/// committed (a re-run resumes), and the error names the file, URL and byte range.
+[[nodiscard]] Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings& settings);
+
+}  // namespace tensorfetch::detail

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tensorfetch cache ls | verify | rm | prune`.
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "progress.h"
+
+namespace tensorfetch::cli {
+
+namespace {
+
+int list(const CacheOptions& o) {
+  auto entries = cache_list(o.dir);
+  if (!entries) return report(entries.error());
+  if (o.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& e : *entries) {
+      out.push_back({{"id", e.id},
+                     {"url", e.url},
+                     {"size", e.size},
+                     {"present", e.present},
+                     {"disk_bytes", e.disk_bytes},
+                     {"complete", e.complete},
+                     {"sha256", e.sha256 ? nlohmann::json(*e.sha256) : nlohmann::json(nullptr)},
+                     {"last_used", e.last_used},
+                     {"in_use", e.in_use}});
+    }
+    std::cout << out.dump(2) << '\n';
+    return 0;
+  }
+  std::uint64_t disk = 0;
+  std::cout << std::left << std::setw(66) << "BLOB" << std::setw(11) << "SIZE" << std::setw(9) << "PRESENT"
+            << std::setw(11) << "ON DISK" << std::setw(18) << "LAST USED" << "URL\n";
+  for (const auto& e : *entries) {
+    disk += e.disk_bytes;
+    char when[32] = "-";
+    std::time_t t = e.last_used;
+    if (std::tm tm{}; localtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+    char pct[16];
+    std::snprintf(pct, sizeof pct, "%.0f%%", e.size ? 100.0 * static_cast<double>(e.present) / static_cast<double>(e.size) : 100.0);
+    std::cout << std::setw(66) << e.id << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
+              << (e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
+              << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << e.url
+              << (e.in_use ? "  (in use)" : "") << '\n';
+  }
+  std::cout << entries->size() << (entries->size() == 1 ? " blob, " : " blobs, ") << human_bytes(static_cast<double>(disk))
+            << " on disk in " << cache_root(o.dir) << '\n';
+  return 0;
+}
+
+int verify(const CacheOptions& o) {
+  std::vector<std::string> ids = o.ids;
+  if (ids.empty()) {
+    auto entries = cache_list(o.dir);
+    if (!entries) return report(entries.error());
+    for (const auto& e : *entries) ids.push_back(e.id);
+  }
+  int code = 0;
+  for (const auto& id : ids) {
+    auto r = cache_verify(id, o.dir);
+    if (!r) {
+      code = std::max(code, report(r.error()));
+    } else {
+      std::cout << id << ": ok\n";
+    }
+  }
+  return code;
+}
+
+int remove(const CacheOptions& o) {
+  if (o.ids.empty()) return report(Error{ErrorCode::InvalidArgument, "cache rm: name the blobs to remove (see cache ls)"});
+  int code = 0;
+  for (const auto& id : o.ids) {
+    if (auto r = cache_remove(id, o.dir); !r) {
+      code = std::max(code, report(r.error()));
+    } else {
+      std::cout << "removed " << id << '\n';
+    }
+  }
+  return code;
+}
+
+int prune(const CacheOptions& o) {
+  auto r = cache_prune(o.max_size, o.dir);
+  if (!r) return report(r.error());
+  std::cout << "removed " << r->removed << (r->removed == 1 ? " blob" : " blobs") << " ("
+            << human_bytes(static_cast<double>(r->freed_bytes)) << "); " << human_bytes(static_cast<double>(r->remaining_bytes))
+            << " left";
+  if (r->skipped_in_use) std::cout << "; " << r->skipped_in_use << " in use, kept";
+  std::cout << '\n';
+  return 0;
+}
+
+}  // namespace
+
+int run_cache(const CacheOptions& options) {
+  if (options.action == "ls") return list(options);
+  if (options.action == "verify") return verify(options);
+  if (options.action == "rm") return remove(options);
+  if (options.action == "prune") return prune(options);
+  return report(Error{ErrorCode::InvalidArgument, "cache: unknown action '" + options.action + "' (ls, verify, rm, prune)"});
+}
+
+}  // namespace tensorfetch::cli

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// `tensorfetch download`: the whole checkpoint (every safetensors file, the index,
+// config.json) into a directory, files named as in the repo.
+#include <chrono>
+#include <iostream>
+
+#include "commands.h"
+#include "progress.h"
+
+namespace tensorfetch::cli {
+
+int run_download(const DownloadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  auto ckpt = Checkpoint::open(options.location, options.open);
+  if (!ckpt) return report(ckpt.error());
+  install_interrupt_handler();
+  FetchOptions fetch = options.fetch;
+  fetch.progress = progress_callback(options.quiet);
+  auto stats = ckpt->fetch_all(fetch);
+  finish_progress();
+  if (!stats) {
+    report(stats.error());
+    return interrupted() ? 130 : exit_code(stats.error().code);
+  }
+  if (auto r = ckpt->save_files(options.output); !r) return report(r.error());
+  if (!options.quiet) {
+    std::uint64_t total = 0;
+    for (const auto& f : ckpt->files()) total += f.size;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cerr << "tensorfetch: " << ckpt->files().size() << (ckpt->files().size() == 1 ? " file" : " files") << " ("
+              << human_bytes(static_cast<double>(total)) << ") in " << options.output << "; fetched "
+              << human_bytes(static_cast<double>(stats->bytes_transferred)) << " in " << stats->requests
+              << " requests, " << human_bytes(static_cast<double>(stats->bytes_cached)) << " from the cache, "
+              << s << " s\n";
+  }
+  return 0;
+}
+
+}  // namespace tensorfetch::cli

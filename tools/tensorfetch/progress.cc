@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "progress.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+namespace tensorfetch::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+bool g_drawn = false;
+
+extern "C" void on_signal(int) { g_interrupted.store(true); }
+
+std::string duration(double s) {
+  if (s < 0 || s > 359999) return "--:--";
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::function<bool(const FetchProgress&)> progress_callback(bool quiet) {
+  const bool tty = !quiet && ::isatty(STDERR_FILENO) == 1;
+  return [tty](const FetchProgress& p) {
+    if (tty) {
+      const double rate = p.seconds > 0 ? static_cast<double>(p.bytes_done) / p.seconds : 0;
+      const double left = static_cast<double>(p.bytes_total - std::min(p.bytes_done, p.bytes_total));
+      const double pct = p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 100.0;
+      std::string line = "\r  " + human_bytes(static_cast<double>(p.bytes_done)) + " / " +
+                         human_bytes(static_cast<double>(p.bytes_total));
+      char pbuf[16];
+      std::snprintf(pbuf, sizeof pbuf, "  %5.1f%%", pct);
+      line += pbuf;
+      line += "  " + human_bytes(rate) + "/s  ETA " + (rate > 0 ? duration(left / rate) : std::string("--:--"));
+      line += "  files " + std::to_string(p.files_done) + "/" + std::to_string(p.files_total);
+      if (p.bytes_cached) line += "  (" + human_bytes(static_cast<double>(p.bytes_cached)) + " cached)";
+      line += "\x1b[K";
+      std::fputs(line.c_str(), stderr);
+      std::fflush(stderr);
+      g_drawn = true;
+    }
+    return !g_interrupted.load();
+  };
+}
+
+void finish_progress() {
+  if (g_drawn) std::fputs("\n", stderr);
+  g_drawn = false;
+}
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool interrupted() { return g_interrupted.load(); }
+
+}  // namespace tensorfetch::cli
