@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tensorfetch needs (only those missing), with apt-get.
-# Usage: tools/install-deps.sh [--fuzz]   (--fuzz adds clang and libFuzzer for fuzz targets)
+# Usage: tools/install-deps.sh [--fuzz] [--bench]
+#   --fuzz   adds clang and libFuzzer for fuzz targets
+#   --bench  adds the peers and tools of tools/bench/partial_load.sh (nginx, aria2c, GNU time, jq)
 set -euo pipefail
 
 packages=(
@@ -10,10 +12,15 @@ packages=(
   libexpected-dev                             # tl::expected, the Result<T> of the public API
   libssl-dev libcurl4-openssl-dev             # hashes/TLS (OpenSSL), HTTP (libcurl)
   catch2 libcpp-httplib-dev                   # tests: Catch2 v2, cpp-httplib test server
+  nginx-light                                 # tests: a real HTTP/2 + TLS server
 )
-if [[ "${1:-}" == "--fuzz" ]]; then
-  packages+=(clang-14 libclang-rt-14-dev)     # libFuzzer + sanitizer runtimes
-fi
+for arg in "$@"; do
+  case $arg in
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;     # libFuzzer + sanitizer runtimes
+    --bench) packages+=(nginx-light aria2 time jq) ;;      # partial_load.sh: server, peers, /usr/bin/time -v
+    *) echo "usage: tools/install-deps.sh [--fuzz] [--bench]" >&2; exit 1 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 
 namespace tensorfetch {
 
@@ -36,19 +37,19 @@ struct PruneReport {
 
 /// The cache root in force: `dir` if not empty, else `$TENSORFETCH_CACHE`, else
 /// `$XDG_CACHE_HOME/tensorfetch`, else `~/.cache/tensorfetch`.
-[[nodiscard]] std::string cache_root(const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API std::string cache_root(const std::string& dir = {});
 
 /// Every blob, least recently used first.
-[[nodiscard]] Result<std::vector<CacheEntry>> cache_list(const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<std::vector<CacheEntry>> cache_list(const std::string& dir = {});
 
 /// Re-hashes a blob (complete blobs with a sha256); a mismatch discards its bytes and is an
 /// `Integrity` error.
-[[nodiscard]] Result<void> cache_verify(const std::string& id, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<void> cache_verify(const std::string& id, const std::string& dir = {});
 
 /// Removes a blob; refuses (`InvalidArgument`) while a process has it open.
-[[nodiscard]] Result<void> cache_remove(const std::string& id, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<void> cache_remove(const std::string& id, const std::string& dir = {});
 
 /// Removes least recently used blobs until the cache occupies at most `max_bytes` on disk.
-[[nodiscard]] Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {});
 
 }  // namespace tensorfetch

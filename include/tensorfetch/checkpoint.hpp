@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/index.hpp"
 #include "tensorfetch/slice.hpp"
@@ -66,7 +67,14 @@ struct OpenOptions {
   std::string hf_hub_cache;
 };
 
-/// Progress of a fetch. A plain value.
+/// Progress of one file in a fetch. A plain value.
+struct FileProgress {
+  std::size_t file = 0;            ///< position in `Checkpoint::files()`
+  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
+  std::uint64_t bytes_total = 0;   ///< bytes to transfer
+};
+
+/// Progress of a fetch. A plain value; `per_file` is valid during the callback only.
 struct FetchProgress {
   std::uint64_t bytes_done = 0;    ///< bytes transferred so far
   std::uint64_t bytes_total = 0;   ///< bytes to transfer (what the cache did not hold)
@@ -74,6 +82,22 @@ struct FetchProgress {
   std::size_t files_done = 0;      ///< files with nothing left to transfer
   std::size_t files_total = 0;     ///< files involved
   double seconds = 0;              ///< since the fetch started
+  std::span<const FileProgress> per_file;  ///< each file involved
+};
+
+/// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file
+/// `file` (position in `Checkpoint::files()`) starting at byte `offset` of that file. Pieces of
+/// one transfer arrive in order; transfers run in parallel, so pieces of different ranges
+/// interleave. Return false to cancel the fetch.
+using ByteSink = std::function<bool(std::size_t file, std::uint64_t offset, std::span<const std::byte> bytes)>;
+
+/// A transfer a download manager can make itself (see `Checkpoint::plan`). A plain value.
+struct PlannedTransfer {
+  std::size_t file = 0;                 ///< position in `Checkpoint::files()`
+  std::string url;                      ///< GET this URL (a signed CDN URL may expire: 403)
+  ByteRange range;                      ///< with `Range: bytes=offset-(offset+length-1)`
+  std::optional<std::string> if_match;  ///< send as `If-Match`; expect `206` and this exact range
+  bool send_token = false;              ///< the URL is on the endpoint's host: send the token
 };
 
 /// How to fetch tensor bytes. A plain value.
@@ -89,6 +113,10 @@ struct FetchOptions {
   /// Called on the fetching thread at most every 100 ms and at the end; return false to
   /// cancel (the fetch then fails with `Cancelled`; what arrived whole is kept).
   std::function<bool(const FetchProgress&)> progress;
+  /// When set, the bytes go to this callback (called on the fetching thread) instead of the
+  /// cache: every wanted byte is transferred, nothing is read from or written to the cache, and
+  /// views of those tensors stay unavailable.
+  ByteSink sink;
 };
 
 /// What a fetch did. A plain value.
@@ -146,7 +174,7 @@ struct WriteOptions {
 /// Thread-safety: after `open` returns, all const members may be called concurrently (also
 /// while one thread runs `fetch`).
 /// Move-only; views handed out stay valid until the object is destroyed.
-class Checkpoint {
+class TENSORFETCH_API Checkpoint {
  public:
   /// Opens and validates a checkpoint: local files are mapped read-only; remote ones (Hub repos,
   /// http(s) URLs of a file or an index) are read from their headers alone, in the fewest
@@ -201,6 +229,21 @@ class Checkpoint {
   /// server named one, and marked complete.
   [[nodiscard]] Result<FetchStats> fetch_all(const FetchOptions& options = {});
 
+  /// The transfers `fetch(selection, options)` would make, without making them: the selected
+  /// byte ranges minus what the cache holds (unless `options.sink` is set), coalesced and split
+  /// into chunks. For download managers that schedule transfers themselves. Empty for local
+  /// checkpoints. Not concurrently with `fetch`.
+  [[nodiscard]] Result<std::vector<PlannedTransfer>> plan(std::span<const Selection> selection,
+                                                          const FetchOptions& options = {});
+
+  /// Publishes every file that is complete and verified in the cache into the Hugging Face hub
+  /// cache (`OpenOptions::hf_hub_cache`), as huggingface_hub lays it out:
+  /// `models--ORG--NAME/blobs/<sha256>` (hard link or copy), `snapshots/<commit>/<path>` (a
+  /// relative symlink), `refs/<revision>`, plus the index and config.json, so that transformers
+  /// finds them with `HF_HUB_OFFLINE=1`. Hub repos only (`InvalidArgument` otherwise). Returns
+  /// the number of safetensors files published.
+  [[nodiscard]] Result<std::size_t> publish_to_hf_cache() const;
+
   /// Saves every file of the checkpoint into `dir`, named as in the repo: the safetensors
   /// files, the index, and `config.json` when there is one. Remote files must have been
   /// fetched whole (`fetch_all`); they are hard-linked from the cache (read-only) when it is
@@ -223,6 +266,6 @@ class Checkpoint {
 };
 
 /// Natural ordering of names: runs of digits compare as numbers.
-[[nodiscard]] bool natural_less(std::string_view a, std::string_view b) noexcept;
+[[nodiscard]] TENSORFETCH_API bool natural_less(std::string_view a, std::string_view b) noexcept;
 
 }  // namespace tensorfetch

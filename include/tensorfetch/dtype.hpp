@@ -8,6 +8,8 @@
 #include <optional>
 #include <string_view>
 
+#include "tensorfetch/export.hpp"
+
 namespace tensorfetch {
 
 /// A safetensors dtype. The enumerator names match the on-disk strings exactly.
@@ -40,15 +42,15 @@ enum class DType : std::uint8_t {
 inline constexpr std::size_t kDTypeCount = 22;
 
 /// Every dtype, in declaration order.
-[[nodiscard]] const std::array<DType, kDTypeCount>& all_dtypes() noexcept;
+[[nodiscard]] TENSORFETCH_API const std::array<DType, kDTypeCount>& all_dtypes() noexcept;
 
 /// The on-disk name, e.g. "BF16".
-[[nodiscard]] std::string_view to_string(DType dtype) noexcept;
+[[nodiscard]] TENSORFETCH_API std::string_view to_string(DType dtype) noexcept;
 
 /// Parses an on-disk name; exact and case-sensitive ("bf16" is not a dtype).
-[[nodiscard]] std::optional<DType> parse_dtype(std::string_view name) noexcept;
+[[nodiscard]] TENSORFETCH_API std::optional<DType> parse_dtype(std::string_view name) noexcept;
 
 /// Size of one element in bits (4 for F4, 6 for F6_*, 8 for BOOL, 64 for C64, ...).
-[[nodiscard]] unsigned dtype_bits(DType dtype) noexcept;
+[[nodiscard]] TENSORFETCH_API unsigned dtype_bits(DType dtype) noexcept;
 
 }  // namespace tensorfetch

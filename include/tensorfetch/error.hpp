@@ -10,6 +10,8 @@
 
 #include <tl/expected.hpp>
 
+#include "tensorfetch/export.hpp"
+
 namespace tensorfetch {
 
 /// What went wrong, grouped by the exit code the CLI maps it to (see `exit_code()`).
@@ -51,10 +53,10 @@ enum class ErrorCode {
 };
 
 /// The stable, machine-readable name of a code, e.g. "HoleOrOverlap".
-[[nodiscard]] std::string_view to_string(ErrorCode code) noexcept;
+[[nodiscard]] TENSORFETCH_API std::string_view to_string(ErrorCode code) noexcept;
 
 /// The CLI exit code for an error code: 2 format/index, 3 network, 4 integrity, else 1.
-[[nodiscard]] int exit_code(ErrorCode code) noexcept;
+[[nodiscard]] TENSORFETCH_API int exit_code(ErrorCode code) noexcept;
 
 /// An error: a code and a message that names the file, tensor and byte range involved.
 /// A plain value; copy it freely.

@@ -19,6 +19,7 @@
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 
 namespace tensorfetch {
 
@@ -35,7 +36,7 @@ using Metadata = std::map<std::string, std::string>;
 /// One tensor entry of a header. A plain value: copies are independent of the header they
 /// came from. (Its containers are `std::pmr` ones so that a `Header` can keep a million
 /// entries in one arena; a copy uses the default allocator.)
-struct TensorInfo {
+struct TENSORFETCH_API TensorInfo {
   std::pmr::string name;                  ///< the JSON key
   DType dtype = DType::U8;                ///< element type
   std::pmr::vector<std::uint64_t> shape;  ///< dimensions; empty for a scalar
@@ -51,7 +52,7 @@ struct TensorInfo {
 
 /// A parsed and validated header. Owns all its data (tensors live in one arena that moves
 /// with the header). Move-only. Const members are safe to call from several threads.
-class Header {
+class TENSORFETCH_API Header {
  public:
   /// An empty header (no tensors, no metadata).
   Header();
@@ -97,7 +98,7 @@ class Header {
 /// (as simdjson advises for its own parser), which matters for checkpoints of many shards and
 /// for very large headers. Not thread-safe: use one per thread. Results do not depend on it:
 /// a `Header` owns all its data.
-class HeaderParser {
+class TENSORFETCH_API HeaderParser {
  public:
   HeaderParser();
   HeaderParser(HeaderParser&&) noexcept;
@@ -118,7 +119,7 @@ class HeaderParser {
 
 /// Reads N from the first 8 bytes of a file (little-endian) and checks it against the cap
 /// and the file size: refuses N > kMaxHeaderSize and 8 + N > file_size.
-[[nodiscard]] Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
+[[nodiscard]] TENSORFETCH_API Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
                                                       std::uint64_t file_size);
 
 /// Parses and validates the N header bytes (the JSON and its padding, *without* the 8-byte
@@ -130,13 +131,13 @@ class HeaderParser {
 /// `readable_after`: how many bytes of allocated memory the caller guarantees right after
 /// `header_bytes` (e.g. the rest of a mapped file; their content does not matter). With at
 /// least 64 the header is parsed in place; otherwise it is copied first.
-[[nodiscard]] Result<Header> parse_header(std::span<const std::byte> header_bytes,
+[[nodiscard]] TENSORFETCH_API Result<Header> parse_header(std::span<const std::byte> header_bytes,
                                           std::uint64_t file_size, std::size_t readable_after = 0);
 
 /// Convenience: parses a file whose first `bytes.size()` bytes are given (at least 8 + N)
 /// and whose total size is `file_size`. Bytes given beyond the header serve as padding, so a
 /// whole mapped file is parsed without copying its header.
-[[nodiscard]] Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
+[[nodiscard]] TENSORFETCH_API Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
                                                std::uint64_t file_size);
 
 }  // namespace tensorfetch

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -37,11 +38,11 @@ struct ShardIndex {
 /// Parses and validates an index: a JSON object with a `weight_map` object of tensor name
 /// to shard name (every shard name must pass `check_shard_name`), an optional `metadata`
 /// object; duplicate keys anywhere are refused; unknown top-level keys are ignored.
-[[nodiscard]] Result<ShardIndex> parse_index(std::span<const std::byte> json);
+[[nodiscard]] TENSORFETCH_API Result<ShardIndex> parse_index(std::span<const std::byte> json);
 
 /// Checks that a shard name from an untrusted index is a safe relative path: not empty,
 /// not absolute, no `.` or `..` segments (also percent-encoded), no empty segments, no
 /// backslashes, no control characters, no encoded separators, no scheme-like first segment.
-[[nodiscard]] Result<void> check_shard_name(std::string_view name);
+[[nodiscard]] TENSORFETCH_API Result<void> check_shard_name(std::string_view name);
 
 }  // namespace tensorfetch

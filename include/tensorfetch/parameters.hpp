@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "tensorfetch/dtype.hpp"
+#include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -40,7 +41,7 @@ struct ParameterCount {
 /// (experts packed as `expert_dtype` says). Scale and zero-point tensors
 /// (`weight_scale`, `input_scale`, `weight_zero_point`, ...) are never parameters of a
 /// quantized model. Modules in `modules_to_not_convert` / `ignore` count as stored.
-[[nodiscard]] ParameterCount count_parameters(std::span<const TensorInfo* const> tensors,
+[[nodiscard]] TENSORFETCH_API ParameterCount count_parameters(std::span<const TensorInfo* const> tensors,
                                               std::optional<std::string_view> config_json);
 
 }  // namespace tensorfetch

@@ -13,6 +13,7 @@
 
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -36,7 +37,7 @@ struct SliceSpec {
 
 /// Parses the text of a slice, with or without brackets: `"[0:128, :, 3]"`, `"1:2"`,
 /// `"-1"`. Steps (`a:b:c`) are refused.
-[[nodiscard]] Result<SliceSpec> parse_slice(std::string_view text);
+[[nodiscard]] TENSORFETCH_API Result<SliceSpec> parse_slice(std::string_view text);
 
 /// A tensor name with an optional slice, as given on the command line: `NAME[0:128,:]`.
 struct NamedSlice {
@@ -45,7 +46,7 @@ struct NamedSlice {
 };
 
 /// Splits `NAME[SLICE]` at its last `[` when the text ends in `]`.
-[[nodiscard]] Result<NamedSlice> parse_named_slice(std::string_view text);
+[[nodiscard]] TENSORFETCH_API Result<NamedSlice> parse_named_slice(std::string_view text);
 
 /// What a slice of a tensor resolves to. A plain value.
 struct SlicePlan {
@@ -59,9 +60,9 @@ struct SlicePlan {
 /// Resolves a slice against a tensor. Errors (never wraparound): more selections than
 /// dimensions, an index or bound outside the dimension, start > stop, and for sub-byte
 /// dtypes a run that does not start and end on a byte boundary.
-[[nodiscard]] Result<SlicePlan> plan_slice(const TensorInfo& tensor, const SliceSpec& slice);
+[[nodiscard]] TENSORFETCH_API Result<SlicePlan> plan_slice(const TensorInfo& tensor, const SliceSpec& slice);
 
 /// Renders a slice back to text, e.g. `[0:128, :, 3]`.
-[[nodiscard]] std::string to_string(const SliceSpec& slice);
+[[nodiscard]] TENSORFETCH_API std::string to_string(const SliceSpec& slice);
 
 }  // namespace tensorfetch

@@ -3,9 +3,11 @@
 /// Library version.
 #pragma once
 
+#include "tensorfetch/export.hpp"
+
 namespace tensorfetch {
 
 /// The library's version string, e.g. "0.1.0".
-[[nodiscard]] const char* version() noexcept;
+[[nodiscard]] TENSORFETCH_API const char* version() noexcept;
 
 }  // namespace tensorfetch

@@ -14,6 +14,7 @@
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -39,12 +40,12 @@ struct FileLayout {
 /// Lays out `tensors` contiguously in the order given, with `__metadata__` when present.
 /// Refuses duplicate names, the name `__metadata__`, sizes that are not whole bytes, and
 /// overflow. The result re-parses with `parse_header` to the same tensors.
-[[nodiscard]] Result<FileLayout> layout_file(std::span<const OutputTensor> tensors,
+[[nodiscard]] TENSORFETCH_API Result<FileLayout> layout_file(std::span<const OutputTensor> tensors,
                                              const std::optional<Metadata>& metadata);
 
 /// The text of a `model.safetensors.index.json`: `metadata` (`total_size`, and
 /// `total_parameters` when given) and the `weight_map` of tensor name to shard file.
-[[nodiscard]] std::string build_index_json(const std::map<std::string, std::string>& weight_map,
+[[nodiscard]] TENSORFETCH_API std::string build_index_json(const std::map<std::string, std::string>& weight_map,
                                            std::uint64_t total_size,
                                            std::optional<std::uint64_t> total_parameters);
 

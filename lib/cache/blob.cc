@@ -198,6 +198,18 @@ std::string sha256_hex(std::string_view bytes) {
   return to_hex(md, len);
 }
 
+std::string git_blob_sha1(std::string_view content) {
+  const std::string head = "blob " + std::to_string(content.size()) + std::string(1, '\0');
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha1(), nullptr);
+  EVP_DigestUpdate(ctx.get(), head.data(), head.size());
+  EVP_DigestUpdate(ctx.get(), content.data(), content.size());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  return to_hex(md, len);
+}
+
 Result<std::string> sha256_of_fd(int fd, std::uint64_t length, const std::string& what) {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
@@ -245,8 +257,12 @@ Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIden
   std::error_code ec;
   fs::create_directories(b->dir_, ec);
   if (ec) return fail(ErrorCode::Io, b->dir_ + ": cannot create cache directory: " + ec.message());
+  bool writable = true;
   b->fd_ = ::open(b->data_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (b->fd_ < 0 && errno == EACCES) b->fd_ = ::open(b->data_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (b->fd_ < 0 && errno == EACCES) {  // complete blobs are read-only
+    writable = false;
+    b->fd_ = ::open(b->data_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  }
   if (b->fd_ < 0) return fail(sys_error(b->data_path_, "cannot open cache file", errno));
   while (::flock(b->fd_, LOCK_SH) != 0) {
     if (errno != EINTR) return fail(sys_error(b->data_path_, "cannot lock", errno));
@@ -260,6 +276,20 @@ Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIden
     return fail(ErrorCode::Integrity, b->dir_ + ": the cache records a size of " + std::to_string((*meta)->size) +
                                           " bytes, but " + std::string(url) + " has " + std::to_string(size) +
                                           "; remove it with `tensorfetch cache rm " + identity.id + "`");
+  }
+  if (!writable && !(*meta && (*meta)->complete)) {
+    // Read-only but not (any more) recorded complete: it must be writable to be fetched again.
+    ::chmod(b->data_path_.c_str(), 0644);
+    int fd = ::open(b->data_path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return fail(sys_error(b->data_path_, "cannot reopen the cache file for writing", errno));
+    while (::flock(fd, LOCK_SH) != 0) {
+      if (errno != EINTR) {
+        ::close(fd);
+        return fail(sys_error(b->data_path_, "cannot lock", errno));
+      }
+    }
+    ::close(b->fd_);
+    b->fd_ = fd;
   }
   struct stat st {};
   if (::fstat(b->fd_, &st) != 0) return fail(sys_error(b->data_path_, "cannot stat", errno));
@@ -286,12 +316,51 @@ Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIden
   return b;
 }
 
+struct Blob::Hasher {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
+  std::uint64_t hashed = 0;
+  std::mutex mutex;
+};
+
+void Blob::enable_streaming_hash() {
+  std::lock_guard g(mutex_);
+  if (hasher_ || !meta_.sha256 || meta_.complete) return;
+  auto h = std::make_unique<Hasher>();
+  if (h->ctx && EVP_DigestInit_ex(h->ctx.get(), EVP_sha256(), nullptr) == 1) hasher_ = std::move(h);
+}
+
+Result<void> Blob::advance_hash() {
+  if (!hasher_) return {};
+  std::uint64_t end = 0;
+  {
+    std::lock_guard g(mutex_);
+    if (!meta_.extents.empty() && meta_.extents[0].offset == 0) end = meta_.extents[0].end();
+  }
+  std::lock_guard g(hasher_->mutex);
+  std::vector<unsigned char> buf;
+  while (hasher_->hashed < end) {
+    if (buf.empty()) buf.resize(1 << 20);
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - hasher_->hashed));
+    ssize_t n = ::pread(fd_, buf.data(), want, static_cast<off_t>(hasher_->hashed));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(sys_error(data_path_, "read failed while hashing", n < 0 ? errno : EIO));
+    EVP_DigestUpdate(hasher_->ctx.get(), buf.data(), static_cast<std::size_t>(n));
+    hasher_->hashed += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
 Blob::~Blob() {
   if (map_) ::munmap(map_, static_cast<std::size_t>(size_));
   if (fd_ >= 0) ::close(fd_);
 }
 
 Result<void> Blob::write_at(std::uint64_t offset, std::span<const std::byte> data) {
+  if (offset > size_ || data.size() > size_ - offset) {
+    return fail(ErrorCode::InvalidArgument, data_path_ + ": bytes " + std::to_string(offset) + "+" +
+                                                std::to_string(data.size()) + " lie beyond the " + std::to_string(size_) +
+                                                "-byte file");
+  }
   while (!data.empty()) {
     ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
     if (n < 0) {
@@ -303,6 +372,18 @@ Result<void> Blob::write_at(std::uint64_t offset, std::span<const std::byte> dat
     if (n == 0) return fail(ErrorCode::Io, data_path_ + ": write returned 0 bytes");
     data = data.subspan(static_cast<std::size_t>(n));
     offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+Result<void> Blob::reserve(ByteRange range) {
+  if (range.length == 0) return {};
+  if (::fallocate(fd_, 0, static_cast<off_t>(range.offset), static_cast<off_t>(range.length)) != 0) {
+    const int err = errno;
+    if (err == EOPNOTSUPP || err == ENOSYS || err == EINTR) return {};
+    return fail(sys_error(data_path_, "cannot allocate bytes " + std::to_string(range.offset) + "-" +
+                                          std::to_string(range.end() - 1) + " before fetching them",
+                          err));
   }
   return {};
 }
@@ -321,14 +402,22 @@ Result<BlobMeta> Blob::read_meta() const {
 
 Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   if (ranges.empty()) return {};
+  for (const auto& r : ranges) {
+    if (r.end() < r.offset || r.end() > size_) {
+      return fail(ErrorCode::InvalidArgument, data_path_ + ": cannot record bytes " + std::to_string(r.offset) + "+" +
+                                                  std::to_string(r.length) + " of a " + std::to_string(size_) +
+                                                  "-byte file");
+    }
+  }
   if (::fdatasync(fd_) != 0) return fail(sys_error(data_path_, "cannot flush to disk", errno));
   auto lock = LockGuard::acquire(lock_path_);
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
   std::lock_guard g(mutex_);
+  // Only what this call adds is merged into what the disk says: extents another process
+  // discarded (a failed verification) must not come back from this object's memory.
   BlobMeta next = std::move(*disk);
-  for (const auto& r : meta_.extents) add_range(next.extents, r);
   for (const auto& r : ranges) add_range(next.extents, r);
   if (auto w = write_meta_file(dir_, meta_path_, next); !w) return fail(w.error());
   meta_ = std::move(next);
@@ -375,7 +464,15 @@ Result<void> Blob::finish(const std::string& what) {
     expected = meta_.sha256;
   }
   std::optional<std::string> actual;
-  if (expected) {
+  if (expected && hasher_) {
+    if (auto r = advance_hash(); !r) return fail(r.error());  // the whole file is committed now
+    std::lock_guard g(hasher_->mutex);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (hasher_->hashed == size_ && EVP_DigestFinal_ex(hasher_->ctx.get(), md, &len) == 1) actual = to_hex(md, len);
+  }
+  hasher_.reset();
+  if (expected && !actual) {
     auto h = sha256_of_fd(fd_, size_, data_path_);
     if (!h) return fail(h.error());
     actual = *h;
@@ -397,7 +494,7 @@ Result<void> Blob::finish(const std::string& what) {
     return fail(ErrorCode::Integrity, what + ": sha256 of the downloaded file is " + *actual + ", expected " +
                                           *expected + "; the cached bytes were discarded");
   }
-  next.extents = {ByteRange{0, size_}};
+  next.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
   next.complete = true;
   if (auto w = write_meta_file(dir_, meta_path_, next); !w) return fail(w.error());
   ::fchmod(fd_, 0444);
@@ -472,7 +569,12 @@ Result<void> remove_blob(const std::string& root, const std::string& id) {
 }
 
 Result<void> verify_blob(const std::string& root, const std::string& id) {
+  if (id.empty() || id.find('/') != std::string::npos || id.starts_with(".")) {
+    return fail(ErrorCode::InvalidArgument, "'" + id + "' is not a cache blob id");
+  }
   const std::string dir = root + "/blobs/" + id;
+  std::error_code dir_ec;
+  if (!fs::is_directory(dir, dir_ec)) return fail(ErrorCode::NotFound, dir + ": no such cache blob");
   auto meta = load_meta(dir + "/meta.json");
   if (!meta) return fail(meta.error());
   if (!*meta) return fail(ErrorCode::Integrity, dir + "/meta.json: unreadable; the blob cannot be trusted");

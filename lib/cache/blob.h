@@ -35,6 +35,10 @@ namespace tensorfetch::detail {
 /// Lower-case hex sha256 of `bytes` (OpenSSL).
 [[nodiscard]] std::string sha256_hex(std::string_view bytes);
 
+/// Git's blob id of `content`: hex sha1 of "blob SIZE\0" + content (the Hub's ETag of small
+/// files, and the name huggingface_hub gives them in its cache).
+[[nodiscard]] std::string git_blob_sha1(std::string_view content);
+
 /// A remote file's identity in the cache.
 struct BlobIdentity {
   std::string id;                     ///< directory name under ROOT/blobs
@@ -78,6 +82,10 @@ class Blob {
   /// names the file and says so.
   [[nodiscard]] Result<void> write_at(std::uint64_t offset, std::span<const std::byte> data);
 
+  /// Allocates disk space for `range` (fallocate), so that a full disk shows before any byte
+  /// is transferred. File systems without fallocate: a no-op.
+  [[nodiscard]] Result<void> reserve(ByteRange range);
+
   /// Makes every written byte durable, then records `ranges` as present (merged with what any
   /// process committed meanwhile).
   [[nodiscard]] Result<void> commit(std::span<const ByteRange> ranges);
@@ -102,6 +110,15 @@ class Blob {
   /// Read-only view of the whole file (MAP_SHARED); only committed ranges may be read from it.
   [[nodiscard]] Result<std::span<const std::byte>> map();
 
+  /// For a whole-file fetch of a sha256 blob: hash the committed prefix as it grows (call
+  /// `advance_hash` after commits, e.g. on the committer thread), so that `finish` only hashes
+  /// what is left instead of the whole file.
+  void enable_streaming_hash();
+
+  /// Hashes committed bytes from where the streaming hash stopped up to the end of the first
+  /// extent (while it starts at 0). Reads from the page cache, where the bytes just landed.
+  [[nodiscard]] Result<void> advance_hash();
+
  private:
   Blob() = default;
   Result<void> write_meta_locked(const BlobMeta& meta);
@@ -113,6 +130,8 @@ class Blob {
   mutable std::mutex mutex_;
   BlobMeta meta_;
   void* map_ = nullptr;
+  struct Hasher;
+  std::unique_ptr<Hasher> hasher_;  // streaming sha256 of [0, hashed)
 };
 
 /// A blob as `cache ls` shows it.

@@ -2,6 +2,7 @@
 // Private: the state behind tensorfetch::Checkpoint, shared by its translation units.
 #pragma once
 
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -30,11 +31,14 @@ struct RemoteFileState {
   std::optional<std::string> range_etag;    // ETag of the server answering ranges (If-Match)
   std::optional<std::string> linked_etag;   // X-Linked-Etag (the Hub's sha256)
   std::string prefix;                       // first bytes read by open (header and more)
-  std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open)
+  std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open); see blob_mutex
+  std::string range_url;                    // where ranges are read now ("" = CheckpointFile::url);
+                                            // changes when an expired URL is resolved again
   std::string local_path;                   // a complete copy found in the HF cache, if any
 };
 
-struct Checkpoint::Impl {
+// Hidden: a nested class would otherwise take the exported visibility of Checkpoint.
+struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string location;                          // as given
   std::string root;                              // directory the file names are relative to
   std::string index_name;                        // index file name, when sharded
@@ -51,10 +55,17 @@ struct Checkpoint::Impl {
   // Remote only:
   OpenOptions options;                           // as given to open
   std::vector<RemoteFileState> rfiles;           // one per file
+  // Guards RemoteFileState::blob and ::range_url: `fetch` sets them while const members (views,
+  // write) may read them on other threads.
+  mutable std::shared_mutex blob_mutex;
   std::string index_text;                        // the index as received
   std::string token, token_authority, endpoint;  // resolved auth and endpoint
   std::string cache_root;                        // tensorfetch cache
   std::vector<std::string> snapshot_keys;        // manifest names to record after a fetch
+  bool hub = false;                              // a Hub repo (not a plain URL)
+  bool offline = false;                          // no requests (HF_HUB_OFFLINE / --offline)
+  std::string revision;                          // Hub: the revision as given
+  std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();

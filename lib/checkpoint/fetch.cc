@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_internal.h"
 #include "fetch/fetcher.h"
 #include "format/json_internal.h"
+#include "hub/location.h"
 
 namespace tensorfetch {
 
@@ -27,43 +28,61 @@ Error sys_error(const std::string& path, const std::string& what, int err) {
 // Opens the cache blob of remote file `i` and records the bytes `open` already read.
 Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
   auto& rf = impl.rfiles[i];
-  if (rf.blob || !rf.local_path.empty()) return {};
+  if (!rf.local_path.empty()) return {};
   const auto& file = impl.files[i];
-  auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag ? rf.linked_etag : rf.range_etag, file.size);
-  auto blob = detail::Blob::open(impl.cache_root, id, file.size, rf.resolve_url, file.etag);
-  if (!blob) return fail(blob.error().with_context(file.path));
+  if (!rf.blob) {
+    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag ? rf.linked_etag : rf.range_etag, file.size);
+    auto blob = detail::Blob::open(impl.cache_root, id, file.size, rf.resolve_url, file.etag);
+    if (!blob) return fail(blob.error().with_context(file.path));
+    std::unique_lock lock(impl.blob_mutex);
+    rf.blob = std::move(*blob);
+  }
   const ByteRange head{0, std::min<std::uint64_t>(rf.prefix.size(), file.size)};
-  if (head.length > 0 && !(*blob)->has(head)) {
-    if (auto w = (*blob)->write_at(0, std::as_bytes(std::span(rf.prefix)).first(head.length)); !w) {
+  if (head.length > 0 && !rf.blob->has(head)) {
+    if (auto w = rf.blob->write_at(0, std::as_bytes(std::span(rf.prefix)).first(head.length)); !w) {
       return fail(w.error().with_context(file.path));
     }
-    if (auto c = (*blob)->commit(std::span(&head, 1)); !c) return fail(c.error().with_context(file.path));
+    if (auto c = rf.blob->commit(std::span(&head, 1)); !c) return fail(c.error().with_context(file.path));
   }
-  rf.blob = std::move(*blob);
   return {};
 }
 
-Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted,
-                             const FetchOptions& options) {
-  FetchStats stats;
-  if (!impl.remote) return stats;
+// The files and settings of a fetch of `wanted` (per file).
+struct FetchJob {
   std::vector<detail::FetchFile> files;
+  detail::FetchSettings settings;
+};
+
+Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted, const FetchOptions& options) {
+  FetchJob job;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    if (auto r = ensure_blob(impl, i); !r) return fail(r.error());
     auto& rf = impl.rfiles[i];
-    if (wanted[i].empty() || !rf.local_path.empty()) continue;  // nothing asked, or in the HF cache
+    if (!options.sink) {
+      if (auto r = ensure_blob(impl, i); !r) return fail(r.error());
+      if (!rf.local_path.empty()) continue;  // the HF cache holds it
+    }
+    if (wanted[i].empty()) continue;
     detail::FetchFile f;
     f.what = impl.files[i].path;
-    f.url = impl.files[i].url;
+    {
+      std::shared_lock lock(impl.blob_mutex);
+      f.url = rf.range_url.empty() ? impl.files[i].url : rf.range_url;
+    }
     f.resolve_url = f.url == rf.resolve_url ? std::string() : rf.resolve_url;
     f.if_match = rf.range_etag;
     f.linked_etag = rf.linked_etag;
     f.size = impl.files[i].size;
     f.blob = rf.blob.get();
     f.wanted = std::move(wanted[i]);
-    files.push_back(std::move(f));
+    f.index = i;
+    if (options.sink) {
+      f.sink = [sink = options.sink, i](std::uint64_t offset, std::span<const std::byte> bytes) {
+        return sink(i, offset, bytes);
+      };
+    }
+    job.files.push_back(std::move(f));
   }
-  detail::FetchSettings settings;
+  auto& settings = job.settings;
   const auto& o = impl.options;
   settings.http.max_parallel = std::max<std::size_t>(1, options.connections ? options.connections : o.connections);
   settings.http.max_retries = o.max_retries;
@@ -79,12 +98,31 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   settings.max_gap = options.coalesce_gap;
   settings.max_chunk = options.chunk_size;
   settings.progress = options.progress;
-  auto report = detail::fetch_ranges(files, settings);
-  // Expired URLs may have been resolved again: keep the new ones.
-  for (const auto& f : files) {
-    for (auto& file : impl.files) {
-      if (file.path == f.what) file.url = f.url;
+  return job;
+}
+
+Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted,
+                             const FetchOptions& options) {
+  FetchStats stats;
+  if (!impl.remote) return stats;
+  auto job = make_job(impl, std::move(wanted), options);
+  if (!job) return fail(job.error());
+  if (impl.offline) {
+    auto planned = detail::plan_chunks(job->files, job->settings);
+    if (!planned) return fail(planned.error());
+    if (!planned->empty()) {
+      const auto& first = job->files[planned->front().file];
+      return fail(ErrorCode::NotFetched, impl.location + ": offline (HF_HUB_OFFLINE / --offline), and " +
+                                             std::to_string(planned->size()) + " ranges are not in the cache, e.g. " +
+                                             first.what + " bytes " + std::to_string(planned->front().range.offset) +
+                                             "-" + std::to_string(planned->front().range.end() - 1));
     }
+  }
+  auto report = detail::fetch_ranges(job->files, job->settings);
+  // Expired URLs may have been resolved again: keep the new ones.
+  {
+    std::unique_lock lock(impl.blob_mutex);
+    for (const auto& f : job->files) impl.rfiles[f.index].range_url = f.url;
   }
   if (!report) return fail(report.error().with_context(impl.location));
   stats.bytes_transferred = report->bytes_transferred;
@@ -92,8 +130,28 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   stats.requests = report->requests;
   stats.retries = report->retries;
   stats.chunks = report->chunks;
-  if (auto r = write_snapshot(impl); !r) return fail(r.error());
+  if (!options.sink) {
+    if (auto r = write_snapshot(impl); !r) return fail(r.error());
+  }
   return stats;
+}
+
+std::vector<std::vector<ByteRange>> wanted_ranges(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
+  std::vector<std::vector<ByteRange>> wanted(impl.files.size());
+  for (const auto& s : selection) {
+    const ByteRange base = impl.headers[s.ref.file].file_range(*s.ref.info);
+    for (const auto& r : s.plan.ranges) wanted[s.ref.file].push_back(ByteRange{base.offset + r.offset, r.length});
+  }
+  return wanted;
+}
+
+Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
+  for (const auto& s : selection) {
+    if (s.ref.file >= impl.files.size() || s.ref.info == nullptr) {
+      return fail(ErrorCode::InvalidArgument, "selection does not belong to this checkpoint");
+    }
+  }
+  return {};
 }
 
 // Links (or copies) `source` to `target` through a temporary name.
@@ -178,15 +236,24 @@ Result<void> place_text(const std::string& text, const std::string& target) {
 }  // namespace
 
 Result<FetchStats> Checkpoint::fetch(std::span<const Selection> selection, const FetchOptions& options) {
-  std::vector<std::vector<ByteRange>> wanted(impl_->files.size());
-  for (const auto& s : selection) {
-    if (s.ref.file >= impl_->files.size() || s.ref.info == nullptr) {
-      return fail(ErrorCode::InvalidArgument, "selection does not belong to this checkpoint");
-    }
-    const ByteRange base = impl_->headers[s.ref.file].file_range(*s.ref.info);
-    for (const auto& r : s.plan.ranges) wanted[s.ref.file].push_back(ByteRange{base.offset + r.offset, r.length});
+  if (auto r = check_selection(*impl_, selection); !r) return fail(r.error());
+  return run_fetch(*impl_, wanted_ranges(*impl_, selection), options);
+}
+
+Result<std::vector<PlannedTransfer>> Checkpoint::plan(std::span<const Selection> selection, const FetchOptions& options) {
+  std::vector<PlannedTransfer> out;
+  if (auto r = check_selection(*impl_, selection); !r) return fail(r.error());
+  if (!impl_->remote) return out;
+  auto job = make_job(*impl_, wanted_ranges(*impl_, selection), options);
+  if (!job) return fail(job.error());
+  auto chunks = detail::plan_chunks(job->files, job->settings);
+  if (!chunks) return fail(chunks.error());
+  for (const auto& c : *chunks) {
+    const auto& f = job->files[c.file];
+    const bool token = !impl_->token.empty() && detail::url_authority(f.url) == impl_->token_authority;
+    out.push_back(PlannedTransfer{f.index, f.url, c.range, f.if_match, token});
   }
-  return run_fetch(*impl_, std::move(wanted), options);
+  return out;
 }
 
 Result<FetchStats> Checkpoint::fetch_all(const FetchOptions& options) {
@@ -210,6 +277,7 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
     } else if (!impl_->rfiles[i].local_path.empty()) {
       source = impl_->rfiles[i].local_path;
     } else {
+      std::shared_lock lock(impl_->blob_mutex);
       const auto* blob = impl_->rfiles[i].blob.get();
       if (!blob || !blob->complete()) {
         return fail(ErrorCode::NotFetched, file.path + ": not completely in the cache; fetch it first");
@@ -242,6 +310,7 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
 Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                  const std::string& what) const {
   if (!remote || !rfiles[file].local_path.empty()) return maps[file].bytes();
+  std::shared_lock lock(blob_mutex);
   const auto& blob = rfiles[file].blob;
   for (const auto& r : needed) {
     if (!blob || !blob->has(r)) {
@@ -251,6 +320,83 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
   }
   if (!blob) return std::span<const std::byte>();
   return blob->map();
+}
+
+namespace {
+
+// A relative symlink `link` -> `target` (both absolute paths), replaced atomically.
+Result<void> place_symlink(const std::string& target, const std::string& link) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(link).parent_path(), ec);
+  if (ec) return fail(ErrorCode::Io, link + ": cannot create directory: " + ec.message());
+  const std::string relative = fs::path(target).lexically_relative(fs::path(link).parent_path()).string();
+  const std::string tmp = link + ".tmp-" + std::to_string(::getpid());
+  ::unlink(tmp.c_str());
+  if (::symlink(relative.c_str(), tmp.c_str()) != 0 || ::rename(tmp.c_str(), link.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return fail(sys_error(link, "cannot create symlink", err));
+  }
+  return {};
+}
+
+bool exists_with_size(const std::string& path, std::uint64_t size) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) == size;
+}
+
+}  // namespace
+
+Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
+  const Impl& impl = *impl_;
+  if (!impl.remote || !impl.hub || !impl.commit) {
+    return fail(ErrorCode::InvalidArgument,
+                impl.location + ": only Hub repos (with a commit) can be published into the Hugging Face cache");
+  }
+  if (impl.hf_repo_dir.empty()) return fail(ErrorCode::InvalidArgument, "no Hugging Face cache directory (set HF_HOME)");
+  const std::string blobs = impl.hf_repo_dir + "/blobs/";
+  const std::string snapshot = impl.hf_repo_dir + "/snapshots/" + *impl.commit + "/";
+  const auto slash = impl.index_name.rfind('/');
+  const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
+  std::size_t published = 0;
+  for (std::size_t i = 0; i < impl.files.size(); ++i) {
+    const auto& rf = impl.rfiles[i];
+    const auto& file = impl.files[i];
+    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag, file.size);
+    if (!id.sha256) continue;  // huggingface_hub names LFS blobs by sha256; without one, skip
+    std::string source;
+    if (!rf.local_path.empty()) {
+      source = rf.local_path;
+    } else if (std::shared_lock lock(impl.blob_mutex); rf.blob && rf.blob->complete()) {
+      source = rf.blob->data_path();
+    } else {
+      continue;  // not whole in the cache
+    }
+    const std::string blob = blobs + *id.sha256;
+    if (!exists_with_size(blob, file.size)) {
+      if (auto r = place_file(source, blob, true); !r) return fail(r.error());
+    }
+    if (auto r = place_symlink(blob, snapshot + dir + file.path); !r) return fail(r.error());
+    ++published;
+  }
+  auto small_file = [&](const std::string& text, const std::string& path) -> Result<void> {
+    const std::string blob = blobs + detail::git_blob_sha1(text);
+    if (!exists_with_size(blob, text.size())) {
+      if (auto r = place_text(text, blob); !r) return r;
+    }
+    return place_symlink(blob, snapshot + path);
+  };
+  if (impl.index && !impl.index_text.empty()) {
+    if (auto r = small_file(impl.index_text, impl.index_name); !r) return fail(r.error());
+  }
+  if (impl.config_json) {
+    if (auto r = small_file(*impl.config_json, "config.json"); !r) return fail(r.error());
+  }
+  if (impl.revision != *impl.commit) {
+    if (auto r = place_text(*impl.commit, impl.hf_repo_dir + "/refs/" + impl.revision); !r) return fail(r.error());
+  }
+  return published;
 }
 
 Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {

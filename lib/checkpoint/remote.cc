@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -117,7 +118,8 @@ struct Remote {
     if (r.status == 404) return {ErrorCode::RemoteNotFound, "not found (" + status + "): " + where};
     if (r.status == 429 || r.status == 503) {
       return {ErrorCode::RateLimited, status + " after " + std::to_string(r.attempts) +
-                                          " attempts (rate limited or unavailable): " + where};
+                                          (r.attempts == 1 ? " attempt" : " attempts") +
+                                          " (rate limited or unavailable): " + where};
     }
     if (r.status >= 500) return {ErrorCode::Network, "server error " + status + ": " + where};
     return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
@@ -182,9 +184,40 @@ struct Remote {
 
   // Reads and parses the headers of every file in impl.files, whose `url` fields hold the
   // URLs to ask (resolve URLs or direct URLs). `prefixes` may already hold first bytes.
+  // A file of this commit the Hugging Face cache holds (snapshots/COMMIT/PATH): its header is
+  // read from there, and later its bytes too, with no request.
+  std::optional<RemoteFileState> from_hf_snapshot(std::size_t i) {
+    if (location.kind != detail::LocationKind::Hub || !impl.commit || hf_repo_dir.empty()) return std::nullopt;
+    const auto slash = impl.index_name.rfind('/');
+    const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
+    const std::string path = hf_repo_dir + "/snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+    std::ifstream f(path, std::ios::binary);
+    char len8[8];
+    if (!f.read(len8, 8)) return std::nullopt;
+    auto n = parse_header_size(std::as_bytes(std::span(len8)), static_cast<std::uint64_t>(st.st_size));
+    if (!n) return std::nullopt;  // not valid: let the server's copy decide
+    RemoteFileState state;
+    state.prefix.resize(static_cast<std::size_t>(kPrefixSize + *n));
+    f.seekg(0);
+    if (!f.read(state.prefix.data(), static_cast<std::streamsize>(state.prefix.size()))) return std::nullopt;
+    state.resolve_url = impl.files[i].url;
+    state.local_path = path;
+    std::error_code ec;
+    const std::string target = std::filesystem::canonical(path, ec).filename().string();
+    if (!ec && target.size() == 64) state.linked_etag = "\"" + target + "\"";
+    impl.files[i].size = static_cast<std::uint64_t>(st.st_size);
+    impl.files[i].etag = state.linked_etag;
+    return state;
+  }
+
   Result<void> load_headers(std::vector<std::optional<RemoteFileState>> states) {
     const std::size_t n = impl.files.size();
     states.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!states[i]) states[i] = from_hf_snapshot(i);
+    }
     // Round: the first W bytes of every file not yet read.
     std::vector<HttpRequest> reqs;
     std::vector<std::size_t> which;
@@ -376,13 +409,30 @@ struct Remote {
     CheckpointFile file{path, 0, std::nullopt, resolve(rev, path)};
     auto state = file_prefix(r, file, path);
     if (!state) return fail(state.error());
+    state->resolve_url = resolve(rev, path);  // resolved again (expired URLs) at the pinned commit
     impl.files.push_back(std::move(file));
     pending_state = std::move(*state);
     return {};
   }
 
   std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
+  std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
 };
+
+// The Hugging Face cache directory of a Hub repo: $HF_HUB_CACHE (or $HF_HOME/hub, HF_HOME
+// defaulting to ~/.cache/huggingface) + models--ORG--NAME (datasets--... for datasets).
+std::string hf_repo_dir(const OpenOptions& options, const detail::HubRef& hub) {
+  std::string hub_cache = !options.hf_hub_cache.empty() ? options.hf_hub_cache : env("HF_HUB_CACHE");
+  if (hub_cache.empty()) {
+    std::string home = env("HF_HOME");
+    if (home.empty() && !env("HOME").empty()) home = env("HOME") + "/.cache/huggingface";
+    if (home.empty()) return {};
+    hub_cache = home + "/hub";
+  }
+  std::string name = hub.repo_id;
+  for (std::size_t p = name.find('/'); p != std::string::npos; p = name.find('/', p + 2)) name.replace(p, 1, "--");
+  return hub_cache + "/" + (hub.dataset ? "datasets--" : "models--") + name;
+}
 
 }  // namespace
 
@@ -396,7 +446,13 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   http.stall_timeout_ms = options.stall_timeout_ms;
   http.connect_timeout_ms = options.connect_timeout_ms;
   http.ca_file = !options.ca_file.empty() ? options.ca_file : env("CURL_CA_BUNDLE");
-  Remote remote{impl, options, detail::HttpClient(http), {}, {}, {}, std::move(*location), std::nullopt};
+  Remote remote{impl, options, detail::HttpClient(http), {}, {}, {}, std::move(*location), std::nullopt, {}};
+  if (remote.location.kind == detail::LocationKind::Hub) {
+    remote.hf_repo_dir = hf_repo_dir(options, remote.location.hub);
+    impl.hub = true;
+    impl.revision = remote.location.hub.revision;
+    impl.hf_repo_dir = remote.hf_repo_dir;
+  }
   remote.endpoint = !options.endpoint.empty() ? options.endpoint : env("HF_ENDPOINT");
   if (remote.endpoint.empty()) remote.endpoint = "https://huggingface.co";
   while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
@@ -419,6 +475,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     const std::string v = detail::ascii_lower(env("HF_HUB_OFFLINE"));
     offline = v == "1" || v == "true" || v == "yes" || v == "on";
   }
+  impl.offline = offline;
   if (offline) {
     auto r = open_offline(impl, impl.snapshot_keys);
     if (!r) return fail(r.error().with_context(std::string(location_text)));
@@ -426,7 +483,22 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   }
 
   Result<void> opened = remote.location.kind == detail::LocationKind::Http ? remote.open_url() : remote.open_hub();
-  if (opened) {
+  // A commit read before (by any fetch into this cache) is immutable: its headers are in the
+  // cache, so the shard header requests are skipped.
+  bool from_cache = false;
+  if (opened && impl.commit && loc.kind == detail::LocationKind::Hub) {
+    Checkpoint::Impl cached;
+    cached.cache_root = impl.cache_root;
+    if (open_offline(cached, {key(*impl.commit)}) && cached.commit == impl.commit &&
+        cached.files.size() == impl.files.size() && cached.index_name == impl.index_name) {
+      impl.files = std::move(cached.files);
+      impl.rfiles = std::move(cached.rfiles);
+      impl.headers = std::move(cached.headers);
+      if (!impl.config_json) impl.config_json = std::move(cached.config_json);
+      from_cache = true;
+    }
+  }
+  if (opened && !from_cache) {
     std::vector<std::optional<RemoteFileState>> states;
     if (remote.pending_state) states.push_back(std::move(remote.pending_state));
     opened = remote.load_headers(std::move(states));
@@ -436,33 +508,38 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   if (impl.commit && loc.kind == detail::LocationKind::Hub && *impl.commit != loc.hub.revision) {
     impl.snapshot_keys.push_back(key(*impl.commit));
   }
-  // Files the Hugging Face cache already holds (same sha256) are read from there: no download.
-  if (loc.kind == detail::LocationKind::Hub) {
-    std::string hub_cache = !options.hf_hub_cache.empty() ? options.hf_hub_cache : env("HF_HUB_CACHE");
-    if (hub_cache.empty()) {
-      std::string home = env("HF_HOME");
-      if (home.empty() && !env("HOME").empty()) home = env("HOME") + "/.cache/huggingface";
-      if (!home.empty()) hub_cache = home + "/hub";
-    }
-    std::string repo_dir = loc.hub.repo_id;
-    for (std::size_t p = repo_dir.find('/'); p != std::string::npos; p = repo_dir.find('/', p + 2)) {
-      repo_dir.replace(p, 1, "--");
-    }
-    repo_dir = hub_cache + "/" + (loc.hub.dataset ? "datasets--" : "models--") + repo_dir + "/blobs/";
-    for (std::size_t i = 0; i < impl.files.size() && !hub_cache.empty(); ++i) {
-      auto id = detail::blob_identity(impl.rfiles[i].resolve_url, impl.rfiles[i].linked_etag, impl.files[i].size);
+  // What earlier fetches left in the cache can be viewed at once (blobs are not created here:
+  // inspecting writes nothing).
+  for (std::size_t i = 0; i < impl.files.size(); ++i) {
+    auto& rf = impl.rfiles[i];
+    if (rf.blob || !rf.local_path.empty()) continue;
+    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag ? rf.linked_etag : rf.range_etag, impl.files[i].size);
+    struct stat st {};
+    if (::stat((impl.cache_root + "/blobs/" + id.id + "/meta.json").c_str(), &st) != 0) continue;
+    auto blob = detail::Blob::open(impl.cache_root, id, impl.files[i].size, rf.resolve_url, impl.files[i].etag);
+    if (blob) rf.blob = std::move(*blob);
+  }
+  // Files the Hugging Face cache already holds (its snapshot of this commit, or a blob with the
+  // same sha256) are read from there: no download.
+  for (std::size_t i = 0; i < impl.files.size() && !remote.hf_repo_dir.empty(); ++i) {
+    auto& rf = impl.rfiles[i];
+    if (rf.local_path.empty()) {
+      auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag, impl.files[i].size);
       if (!id.sha256) continue;
       struct stat st {};
-      const std::string path = repo_dir + *id.sha256;
-      if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          static_cast<std::uint64_t>(st.st_size) == impl.files[i].size) {
-        auto map = detail::MappedFile::open(path);
-        if (!map) continue;
-        impl.maps.resize(impl.files.size());
-        impl.maps[i] = std::move(*map);
-        impl.rfiles[i].local_path = path;
+      const std::string path = remote.hf_repo_dir + "/blobs/" + *id.sha256;
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+          static_cast<std::uint64_t>(st.st_size) != impl.files[i].size) {
+        continue;
       }
+      rf.local_path = path;
     }
+    auto map = detail::MappedFile::open(rf.local_path);
+    if (!map || map->size() != impl.files[i].size) {
+      return fail(ErrorCode::Io, rf.local_path + ": the Hugging Face cache file could not be read");
+    }
+    impl.maps.resize(impl.files.size());
+    impl.maps[i] = std::move(*map);
   }
   return {};
 }

@@ -50,6 +50,11 @@ class Committer {
     return error_.has_value();
   }
 
+  [[nodiscard]] std::optional<Error> error() const {
+    std::lock_guard g(mutex_);
+    return error_;
+  }
+
  private:
   void run() {
     std::unique_lock lock(mutex_);
@@ -61,7 +66,9 @@ class Committer {
       const bool last = stopping_;
       lock.unlock();
       for (auto& [blob, ranges] : batch) {
-        if (auto r = blob->commit(normalize(std::move(ranges))); !r) {
+        auto r = blob->commit(normalize(std::move(ranges)));
+        if (r) r = blob->advance_hash();  // overlaps verification with the transfers
+        if (!r) {
           std::lock_guard g(mutex_);
           if (!error_) error_ = r.error();
         }
@@ -109,6 +116,7 @@ struct State {
   Clock::time_point started = Clock::now();
   Clock::time_point last_report{};
   std::vector<std::size_t> chunks_left;  // per file
+  std::vector<FileProgress> per_file;
   bool cancelled = false;
 
   State(std::span<FetchFile> f, const FetchSettings& s)
@@ -120,6 +128,7 @@ struct State {
     if (!force && now - last_report < std::chrono::milliseconds(100)) return {};
     last_report = now;
     progress.seconds = std::chrono::duration<double>(now - started).count();
+    progress.per_file = per_file;
     if (!settings.progress(progress)) {
       cancelled = true;
       return fail(ErrorCode::Cancelled, "cancelled by the caller");
@@ -129,11 +138,19 @@ struct State {
 };
 
 Result<void> ChunkSink::write(std::uint64_t offset, std::span<const std::byte> data) {
-  if (state_.committer.failed()) return fail(ErrorCode::Io, "stopped: the cache could not record progress");
+  if (auto e = state_.committer.error()) return fail(*e);
   FetchFile& f = state_.files[chunk_.file];
-  if (auto r = f.blob->write_at(offset, data); !r) return fail(r.error().with_context(f.what));
+  if (f.sink) {
+    if (!f.sink(offset, data)) {
+      state_.cancelled = true;
+      return fail(ErrorCode::Cancelled, f.what + ": the byte sink stopped the transfer");
+    }
+  } else if (auto r = f.blob->write_at(offset, data); !r) {
+    return fail(r.error().with_context(f.what));
+  }
   chunk_.received += data.size();
   state_.progress.bytes_done += data.size();
+  state_.per_file[chunk_.file].bytes_done += data.size();
   return state_.report(false);
 }
 
@@ -195,23 +212,46 @@ int error_rank(ErrorCode c) {
 
 }  // namespace
 
+Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const FetchSettings& settings,
+                                              std::uint64_t* bytes_cached) {
+  std::vector<PlannedChunk> out;
+  std::uint64_t cached = 0;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    FetchFile& f = files[i];
+    RangeSet have;
+    if (!f.sink) {
+      auto h = f.blob->refresh();
+      if (!h) return fail(h.error().with_context(f.what));
+      have = std::move(*h);
+    }
+    RangeSet wanted = normalize(f.wanted);
+    for (auto& r : wanted) r.length = std::min(r.end(), f.size) - std::min(r.offset, f.size);
+    const RangeSet missing = subtract(wanted, have);
+    cached += total_bytes(wanted) - total_bytes(missing);
+    for (const auto& r : split(coalesce(missing, settings.max_gap), settings.max_chunk)) out.push_back(PlannedChunk{i, r});
+  }
+  if (bytes_cached) *bytes_cached = cached;
+  return out;
+}
+
 Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings& settings) {
   FetchReport report;
   State state(files, settings);
   std::vector<Chunk> chunks;
   state.chunks_left.assign(files.size(), 0);
+  state.per_file.resize(files.size());
+  auto planned = plan_chunks(files, settings, &report.bytes_cached);
+  if (!planned) return fail(planned.error());
+  for (const auto& p : *planned) {
+    chunks.push_back(Chunk{p.file, p.range, 0});
+    state.progress.bytes_total += p.range.length;
+    ++state.chunks_left[p.file];
+    state.per_file[p.file].bytes_total += p.range.length;
+  }
   for (std::size_t i = 0; i < files.size(); ++i) {
-    FetchFile& f = files[i];
-    auto have = f.blob->refresh();
-    if (!have) return fail(have.error().with_context(f.what));
-    RangeSet wanted = normalize(f.wanted);
-    for (auto& r : wanted) r.length = std::min(r.end(), f.size) - std::min(r.offset, f.size);
-    const RangeSet missing = subtract(wanted, *have);
-    report.bytes_cached += total_bytes(wanted) - total_bytes(missing);
-    for (const auto& r : split(coalesce(missing, settings.max_gap), settings.max_chunk)) {
-      chunks.push_back(Chunk{i, r, 0});
-      state.progress.bytes_total += r.length;
-      ++state.chunks_left[i];
+    state.per_file[i].file = files[i].index;
+    if (!files[i].sink && covers(normalize(files[i].wanted), ByteRange{0, files[i].size})) {
+      files[i].blob->enable_streaming_hash();
     }
   }
   report.chunks = chunks.size();
@@ -228,8 +268,25 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   };
   std::vector<std::size_t> todo(chunks.size());
   for (std::size_t k = 0; k < chunks.size(); ++k) todo[k] = k;
+  // Space for every planned byte is allocated before the first request: a disk that cannot hold
+  // them fails now, not after transferring most of them.
+  for (const auto& c : chunks) {
+    const FetchFile& f = files[c.file];
+    if (f.sink) continue;
+    if (auto r = f.blob->reserve(c.range); !r) {
+      note_error(r.error().with_context(f.what));
+      break;
+    }
+  }
+  // Re-resolves of a file since bytes last arrived for it: an URL that expires again and again
+  // before anything arrives means the server will not serve it.
+  std::vector<int> stale_resolves(files.size(), 0);
+  std::vector<std::uint64_t> done_at_resolve(files.size(), 0);
   for (int round = 0; !todo.empty() && !error; ++round) {
-    (void)state.report(true);
+    if (auto r = state.report(true); !r) {
+      note_error(r.error());
+      break;
+    }
     std::vector<ChunkSink> sinks;
     sinks.reserve(todo.size());
     std::vector<HttpRequest> reqs;
@@ -243,7 +300,7 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
       r.url = f.url;
       r.range = c.range;
       r.if_match = f.if_match;
-      r.bearer_token = settings.token;
+      r.bearer_token = settings.token;  // sent only if the URL's host is the endpoint's
       r.token_authority = settings.token_authority;
       r.sink = &sinks.back();
       r.expected_size = f.size;
@@ -253,14 +310,17 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
     auto on_done = [&](std::size_t pos, const Result<HttpResponse>& res) -> bool {
       Chunk& c = chunks[todo[pos]];
       FetchFile& f = files[c.file];
-      // Whatever arrived whole and in order is worth keeping, even from a failed chunk.
-      state.committer.add(f.blob, ByteRange{c.range.offset, c.received});
+      // What arrived in order before a transport failure (or a cancel, or a full disk) is kept:
+      // a re-run resumes after it. A response that broke the protocol keeps nothing.
+      const bool keep = res || res.error().code == ErrorCode::Network || res.error().code == ErrorCode::Cancelled ||
+                        res.error().code == ErrorCode::RateLimited || res.error().code == ErrorCode::Io;
+      if (keep && !f.sink) state.committer.add(f.blob, ByteRange{c.range.offset, c.received});
       if (res && (res->status == 206 || res->status == 200) && c.received == c.range.length) {
         if (--state.chunks_left[c.file] == 0) ++state.progress.files_done;
         return true;
       }
       if (res && (res->status == 403 || res->status == 410) && !f.resolve_url.empty() && f.url != f.resolve_url &&
-          round < 3) {
+          stale_resolves[c.file] < 3) {
         expired.push_back(pos);  // the signed URL expired: resolve again, then resume
         return true;
       }
@@ -277,6 +337,9 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
       Chunk& c = chunks[todo[pos]];
       c.range = ByteRange{c.range.offset + c.received, c.range.length - c.received};
       if (!resolved.count(c.file)) {
+        const std::uint64_t done = state.per_file[c.file].bytes_done;
+        stale_resolves[c.file] = done == done_at_resolve[c.file] ? stale_resolves[c.file] + 1 : 0;
+        done_at_resolve[c.file] = done;
         auto r = re_resolve(client, files[c.file], settings);
         if (!r) {
           note_error(r.error());
@@ -298,7 +361,7 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   (void)state.report(true);
   // Whole files present: verify and mark complete.
   for (auto& f : files) {
-    if (covers(normalize(f.wanted), ByteRange{0, f.size})) {
+    if (!f.sink && covers(normalize(f.wanted), ByteRange{0, f.size})) {
       if (auto r = f.blob->finish(f.what); !r) return fail(r.error());
     }
   }

@@ -24,8 +24,12 @@ struct FetchFile {
   std::optional<std::string> if_match;  ///< ETag of the server answering `url`
   std::optional<std::string> linked_etag;  ///< X-Linked-Etag (must not change on re-resolve)
   std::uint64_t size = 0;               ///< file size
-  Blob* blob = nullptr;                 ///< destination
+  Blob* blob = nullptr;                 ///< destination (unless `sink`)
   std::vector<ByteRange> wanted;        ///< byte ranges the caller wants present
+  /// Instead of the blob: every wanted byte goes here (the cache is neither read nor written).
+  /// Return false to cancel.
+  std::function<bool(std::uint64_t offset, std::span<const std::byte> bytes)> sink;
+  std::size_t index = 0;                ///< position in Checkpoint::files(), for progress
 };
 
 /// How to fetch.
@@ -49,6 +53,17 @@ struct FetchReport {
   std::size_t chunks = 0;               ///< planned transfers
   std::size_t re_resolves = 0;          ///< expired URLs resolved again
 };
+
+/// One planned transfer: `range` of `files[file]`.
+struct PlannedChunk {
+  std::size_t file = 0;
+  ByteRange range;
+};
+
+/// The transfers `fetch_ranges` would make: wanted minus what the blobs hold (unless the file
+/// has a sink), coalesced and split. Also returns the wanted bytes already present.
+[[nodiscard]] Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const FetchSettings& settings,
+                                                            std::uint64_t* bytes_cached = nullptr);
 
 /// Makes `wanted` of every file present in its blob: plans (cache subtracted, coalesced,
 /// split), transfers in parallel, commits durably. Files whose whole content ends up present

@@ -91,7 +91,7 @@ std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_c
       out.push_back(r);
       continue;
     }
-    const std::uint64_t pieces = (r.length + max_chunk - 1) / max_chunk;
+    const std::uint64_t pieces = r.length / max_chunk + (r.length % max_chunk != 0 ? 1 : 0);
     const std::uint64_t base = r.length / pieces, extra = r.length % pieces;
     std::uint64_t pos = r.offset;
     for (std::uint64_t i = 0; i < pieces; ++i) {

@@ -100,6 +100,11 @@ struct Transfer {
   std::uint64_t delivered_before = 0;  // at the start of the current attempt
   bool validated = false;
   std::optional<Error> sink_error;
+  // Stall detection: when a byte last arrived; true when the attempt was aborted for a stall.
+  Clock::time_point last_byte{};
+  curl_off_t last_dlnow = -1;
+  long stall_ms = 0;
+  bool stalled = false;
 
   // The range still wanted: the request's, minus what a sink already has.
   [[nodiscard]] std::optional<ByteRange> range() const {
@@ -196,6 +201,23 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     t->current_headers[ascii_lower(trim(line.substr(0, colon)))] = std::string(trim(line.substr(colon + 1)));
   }
   return n;
+}
+
+// Aborts an attempt that received nothing for stall_ms (headers included): libcurl's own
+// low-speed check averages over its whole window and notices a stall after a partial body late.
+int on_progress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  const auto now = Clock::now();
+  if (dlnow != t->last_dlnow) {
+    t->last_dlnow = dlnow;
+    t->last_byte = now;
+    return 0;
+  }
+  if (now - t->last_byte > std::chrono::milliseconds(t->stall_ms)) {
+    t->stalled = true;
+    return 1;
+  }
+  return 0;
 }
 
 size_t on_body(char* data, size_t size, size_t count, void* user) {
@@ -301,6 +323,10 @@ struct HttpClient::Impl {
     t.error[0] = '\0';
     t.validated = false;
     t.sink_error.reset();
+    t.last_byte = Clock::now();
+    t.last_dlnow = -1;
+    t.stall_ms = options.stall_timeout_ms;
+    t.stalled = false;
     t.delivered_before = t.delivered;
     ++t.attempt;
     ++stats.requests;
@@ -320,6 +346,9 @@ struct HttpClient::Impl {
     // (TLS with ALPN); over plain HTTP/1.1 it would serialize parallel requests.
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, t.url.starts_with("https://") ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, options.connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, (options.stall_timeout_ms + 999) / 1000));
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -371,8 +400,9 @@ struct HttpClient::Impl {
                                      : "the limit of " + std::to_string(req.max_body) + " bytes"));
         return Next::Done;
       }
-      const std::string what = t.error[0] ? t.error : curl_easy_strerror(code);
-      if (retryable_curl(code) && t.attempt <= options.max_retries) {
+      const std::string what = t.stalled ? "stalled: nothing received for " + std::to_string(t.stall_ms) + " ms"
+                                         : (t.error[0] ? t.error : curl_easy_strerror(code));
+      if ((retryable_curl(code) || t.stalled) && t.attempt <= options.max_retries) {
         wait_ms = backoff_ms(t.attempt - 1);
         return Next::Retry;
       }

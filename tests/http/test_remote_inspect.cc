@@ -3,11 +3,15 @@
 // server's log the requests made: count, round trips, ranges, hosts and the token rule.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "hub_server.hpp"
+#include "net/http_client.h"
 #include "tensorfetch/tensorfetch.hpp"
 
 namespace fs = std::filesystem;
@@ -236,23 +240,193 @@ TEST_CASE("remote: a server that ignores Range still yields the header without r
   CHECK(ckpt->tensors().size() == 57);
 }
 
-TEST_CASE("remote: a wrong Content-Range or a body longer than the range is a clean BadResponse naming the URL and range", "[remote][faults]") {
+TEST_CASE("remote: a 206 whose Content-Range is not the requested range is a BadResponse naming the URL and range, not retried", "[remote][faults]") {
   if (reference().empty()) return;
   Fixture f;
   f.server.wrong_content_range(1, "/cdn/");
   auto r = Checkpoint::open("hf://org/llama-tiny-single/model.safetensors", f.open_options());
   REQUIRE_FALSE(r);
+  INFO(r.error().message);
   CHECK(r.error().code == ErrorCode::BadResponse);
+  CHECK(exit_code(r.error().code) == 3);
   CHECK_THAT(r.error().message, Catch::Contains("bytes=0-262143") && Catch::Contains("/cdn/"));
-  f.server.reset_switches();
-  f.server.overlong_body(100, 1, "/cdn/");
-  auto o = f.open_options();
-  o.max_retries = 0;
-  auto r2 = Checkpoint::open("hf://org/llama-tiny-single/model.safetensors", o);
-  if (!r2) {
-    CHECK((r2.error().code == ErrorCode::BadResponse || r2.error().code == ErrorCode::Network));
-    CHECK_THAT(r2.error().message, Catch::Contains("/cdn/"));
+  // Only the first CDN request was shaped; a retry would have succeeded, and none was made.
+  const auto log = f.server.log();
+  REQUIRE(count_kind(log, "cdn") == 1);
+  CHECK(log.back().fault == "wrong_content_range");
+}
+
+// A body longer than the requested range (tools/hubserver's overlong_body switch) must never be
+// taken as data beyond the range, never read without bound, and the result must be either
+// exactly the right bytes or a BadResponse naming the URL and the range. What the client does
+// depends on how the server frames the body:
+//  - Content-Length (= the range's length): curl reads exactly that many bytes and hangs up;
+//    the extra bytes are never read. The result is exactly the requested bytes.
+//  - chunked, or delimited by the connection's close: nothing bounds the body but the client's
+//    own limit (the requested length): at the first byte past it the transfer is aborted and
+//    the request fails with BadResponse "response body is longer than the requested range".
+// In both cases there is no retry (like a wrong Content-Range: the server's answer is wrong,
+// not transient). Each mode is checked twice: through Checkpoint::open (extra = 100 bytes,
+// retries allowed), and through the client itself (extra = 64 MiB, to see that the client
+// stops reading: the server's record shows the connection dropped long before the 64 MiB).
+namespace {
+
+using tensorfetch::testing::OverlongMode;
+
+constexpr std::uint64_t kSingleSize = 830888;  // llama-tiny-single/model.safetensors
+constexpr std::uint64_t kBigExtra = 64 << 20;
+
+std::string read_bytes(const fs::path& p, std::uint64_t n) {
+  std::ifstream in(p, std::ios::binary);
+  std::string s(n, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(n));
+  s.resize(static_cast<std::size_t>(in.gcount()));
+  return s;
+}
+
+// The server's record of the last CDN request, once the server has finished writing it (the
+// record of a response framed by Content-Length enters the log before its extra bytes are
+// written, and is amended when the write ends or fails).
+RequestRecord settled_cdn_record(const HubServer& server, std::uint64_t full_body) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    const auto log = server.log();
+    auto it = std::find_if(log.rbegin(), log.rend(), [](const auto& r) { return r.kind == "cdn"; });
+    const bool done = it != log.rend() && (it->dropped || it->body_bytes == full_body);
+    if (done || std::chrono::steady_clock::now() > deadline) {
+      REQUIRE(it != log.rend());
+      return *it;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+void check_overlong(OverlongMode mode, bool exact_bytes) {
+  Fixture f;
+  const fs::path file = f.root.dir / "org" / "llama-tiny-single" / "model.safetensors";
+  const std::string window = read_bytes(file, 262144);
+  const std::string whole = read_bytes(file, kSingleSize);
+  REQUIRE(whole.size() == kSingleSize);
+
+  // 1. The library's open path, with retries allowed.
+  f.server.overlong_body(100, 1, "/cdn/", mode);
+  auto o = f.open_options();
+  o.max_retries = 2;
+  auto r = Checkpoint::open("hf://org/llama-tiny-single/model.safetensors", o);
+  auto log = f.server.take_log();
+  std::string log_text;
+  for (const auto& rec : log) log_text += rec.to_json() + "\n";
+  INFO("server log of the open:\n" << log_text);
+  if (exact_bytes) {
+    INFO((r ? std::string() : r.error().message));
+    REQUIRE(r);
+    CHECK(r->files()[0].size == kSingleSize);
+    CHECK(r->tensors().size() == 57);
+    CHECK(r->requests() == 2);
+  } else {
+    REQUIRE_FALSE(r);
+    INFO(r.error().message);
+    CHECK(r.error().code == ErrorCode::BadResponse);
+    CHECK(exit_code(r.error().code) == 3);
+    CHECK_THAT(r.error().message, Catch::Contains("/cdn/") && Catch::Contains("(bytes=0-262143)") &&
+                                      Catch::Contains("longer than the requested range"));
+  }
+  REQUIRE(log.size() == 2);  // resolve (302) and one CDN read: no retry
+  CHECK(log[0].kind == "resolve");
+  CHECK(log[1].kind == "cdn");
+  CHECK(log[1].fault == "overlong");
+  CHECK(log[1].status == 206);
+  CHECK(log[1].content_range == "bytes 0-262143/830888");
+  CHECK(log[1].content_length == (mode == OverlongMode::ContentLength ? 262144 : -1));
+
+  // 2. The client itself: a window inside the file, 64 MiB of extra bytes.
+  const std::string url = f.server.cdn_url("org/llama-tiny-single", "model.safetensors");
+  REQUIRE_FALSE(url.empty());
+  f.server.overlong_body(kBigExtra, 1, "/cdn/", mode);
+  {
+    tensorfetch::detail::HttpOptions ho;
+    ho.max_retries = 2;
+    ho.backoff_base_ms = 20;
+    tensorfetch::detail::HttpClient client(ho);
+    std::vector<tensorfetch::detail::HttpRequest> reqs(1);
+    reqs[0].url = url;
+    reqs[0].range = ByteRange{0, 262144};
+    reqs[0].max_body = 262144;
+    auto results = client.perform(reqs);
+    CHECK(client.stats().requests == 1);  // no retry
+    CHECK(client.stats().bytes <= 262144);  // nothing past the range was kept
+    if (exact_bytes) {
+      INFO((results[0] ? std::string() : results[0].error().message));
+      REQUIRE(results[0]);
+      CHECK(results[0]->status == 206);
+      CHECK(results[0]->body.size() == 262144);
+      CHECK(results[0]->body == window);
+      CHECK(results[0]->attempts == 1);
+    } else {
+      REQUIRE_FALSE(results[0]);
+      INFO(results[0].error().message);
+      CHECK(results[0].error().code == ErrorCode::BadResponse);
+      CHECK_THAT(results[0].error().message, Catch::StartsWith(url + " (bytes=0-262143): ") &&
+                                                 Catch::Contains("longer than the requested range (262144 bytes)"));
+    }
+  }  // the client is gone: its connections are closed
+  const auto big = settled_cdn_record(f.server, 262144 + kBigExtra);
+  INFO(big.to_json());
+  CHECK(big.fault == "overlong");
+  CHECK(big.dropped);                     // the client hung up ...
+  CHECK(big.body_bytes < kBigExtra / 4);  // ... long before the extra bytes were all sent
+  CHECK(count_kind(f.server.take_log(), "cdn") == 1);
+
+  // 3. The client itself: a range past the end of the file (the server answers the file's
+  // 830888 bytes, Content-Range bytes 0-830887/830888) and 100 extra bytes, which still fit
+  // in the requested length: the body must agree with Content-Range.
+  f.server.overlong_body(100, 1, "/cdn/", mode);
+  {
+    tensorfetch::detail::HttpClient client(tensorfetch::detail::HttpOptions{});
+    std::vector<tensorfetch::detail::HttpRequest> reqs(1);
+    reqs[0].url = url;
+    reqs[0].range = ByteRange{0, 1 << 20};
+    reqs[0].max_body = 1 << 20;
+    auto results = client.perform(reqs);
+    CHECK(client.stats().requests == 1);
+    if (exact_bytes) {
+      INFO((results[0] ? std::string() : results[0].error().message));
+      REQUIRE(results[0]);
+      CHECK(results[0]->status == 206);
+      REQUIRE(results[0]->content_range);
+      CHECK(results[0]->content_range->last == kSingleSize - 1);
+      CHECK(results[0]->body == whole);
+    } else {
+      REQUIRE_FALSE(results[0]);
+      INFO(results[0].error().message);
+      CHECK(results[0].error().code == ErrorCode::BadResponse);
+      CHECK_THAT(results[0].error().message,
+                 Catch::StartsWith(url + " (bytes=0-1048575): ") &&
+                     Catch::Contains("body of 830988 bytes for Content-Range bytes 0-830887"));
+    }
+  }
+  const auto past = f.server.log();
+  REQUIRE(past.size() == 1);
+  CHECK(past[0].fault == "overlong");
+  CHECK(past[0].content_range == "bytes 0-830887/830888");
+  f.server.reset_switches();
+}
+
+}  // namespace
+
+TEST_CASE("remote: an overlong body framed by Content-Length yields exactly the requested bytes; the extra bytes are never read", "[remote][faults]") {
+  if (reference().empty()) return;
+  check_overlong(OverlongMode::ContentLength, true);
+}
+
+TEST_CASE("remote: an overlong chunked body is a BadResponse naming the URL and range, not retried, read no further than the range", "[remote][faults]") {
+  if (reference().empty()) return;
+  check_overlong(OverlongMode::Chunked, false);
+}
+
+TEST_CASE("remote: an overlong close-delimited body is a BadResponse naming the URL and range, not retried, read no further than the range", "[remote][faults]") {
+  if (reference().empty()) return;
+  check_overlong(OverlongMode::CloseDelimited, false);
 }
 
 TEST_CASE("remote: an unreachable host is a Network error naming the URL", "[remote][errors]") {

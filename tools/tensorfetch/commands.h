@@ -27,6 +27,7 @@ struct GetOptions {
   std::string output;                 ///< -o: a file, or a directory (ends in '/' or exists)
   bool quiet = false;                 ///< no progress or summary on stderr
   FetchOptions fetch;                 ///< chunk size, coalescing gap
+  bool hf_cache = false;              ///< publish whole fetched files into the HF cache
 };
 
 /// Options of `tensorfetch download`.
@@ -36,6 +37,7 @@ struct DownloadOptions {
   std::string output;    ///< -o DIR
   bool quiet = false;    ///< no progress or summary on stderr
   FetchOptions fetch;    ///< chunk size, coalescing gap
+  bool hf_cache = false; ///< also publish the files into the Hugging Face cache
 };
 
 /// Options of `tensorfetch cache`.

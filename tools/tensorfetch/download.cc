@@ -23,6 +23,11 @@ int run_download(const DownloadOptions& options) {
     return interrupted() ? 130 : exit_code(stats.error().code);
   }
   if (auto r = ckpt->save_files(options.output); !r) return report(r.error());
+  if (options.hf_cache) {
+    auto n = ckpt->publish_to_hf_cache();
+    if (!n) return report(n.error());
+    if (!options.quiet) std::cerr << "tensorfetch: published " << *n << " files into the Hugging Face cache\n";
+  }
   if (!options.quiet) {
     std::uint64_t total = 0;
     for (const auto& f : ckpt->files()) total += f.size;

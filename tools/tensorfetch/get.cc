@@ -74,6 +74,10 @@ int run_get(const GetOptions& options) {
       return interrupted() ? 130 : exit_code(r.error().code);
     }
     fetched = *r;
+    if (options.hf_cache) {
+      auto n = ckpt->publish_to_hf_cache();
+      if (!n) return report(n.error());
+    }
   }
 
   WriteOptions write_options;

@@ -80,6 +80,8 @@ int main(int argc, char** argv) {
   get_cmd->add_flag("-q,--quiet", get.quiet, "No progress bar or summary on stderr");
   add_open_options(*get_cmd, get.open);
   add_fetch_options(*get_cmd, get.fetch);
+  get_cmd->add_flag("--hf-cache", get.hf_cache,
+                    "Also publish files fetched whole into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub)");
 
   DownloadOptions download;
   auto* download_cmd = app.add_subcommand(
@@ -92,6 +94,9 @@ int main(int argc, char** argv) {
   download_cmd->add_flag("-q,--quiet", download.quiet, "No progress bar or summary on stderr");
   add_open_options(*download_cmd, download.open);
   add_fetch_options(*download_cmd, download.fetch);
+  download_cmd->add_flag("--hf-cache", download.hf_cache,
+                         "Also publish the files into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub), "
+                         "so transformers finds them with HF_HUB_OFFLINE=1");
 
   CacheOptions cache;
   auto* cache_cmd = app.add_subcommand("cache", "Inspect and manage the local cache");

@@ -1,0 +1,388 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * @file
+ * The C API of tensorfetch: open a safetensors checkpoint (a local file or directory, an
+ * http(s) URL, or a Hugging Face Hub repo), list its tensors, fetch the ones you want into
+ * the local cache over parallel range requests, and read their bytes from a read-only
+ * memory map.
+ *
+ * Plain C (C99 or later); also usable from C++. Link with `pkg-config --libs tensorfetch`.
+ *
+ * Conventions, for every function below:
+ * - Errors: fallible functions return a `tf_code` (`TF_OK` is 0) and, when `err` is not NULL,
+ *   store a new `tf_error` in `*err` on failure (and NULL on success). The caller owns it and
+ *   releases it with `tf_error_free`. Messages name the file, tensor, URL and byte range.
+ * - Strings passed in are copied or only read during the call; the library keeps no pointer
+ *   to them. Strings and arrays handed out are owned by the library: the lifetime is stated
+ *   per function.
+ * - Nothing is ever thrown or longjmp'd across this API; out of memory is `TF_ERR_INTERNAL`.
+ * - Thread-safety is stated per function. "Any thread" functions are safe to call
+ *   concurrently with each other and with a running `tf_fetch` on the same checkpoint.
+ *
+ * ABI: the option and stats structs begin with a `size` field; set it with the matching
+ * `*_init` function (or to `sizeof`), so that a library built against a newer header reads
+ * only the fields the caller knows about. Numeric values of `tf_code` never change.
+ */
+#ifndef TENSORFETCH_TENSORFETCH_H
+#define TENSORFETCH_TENSORFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define TF_API __attribute__((visibility("default")))
+#else
+#define TF_API
+#endif
+
+#ifdef __cplusplus
+#define TF_NOEXCEPT noexcept
+extern "C" {
+#else
+#define TF_NOEXCEPT
+#endif
+
+/**
+ * What went wrong. The values mirror `tensorfetch::ErrorCode` (the C++ enumerator named in
+ * each comment) and never change; new codes get new numbers. `tf_code_exit_code` gives the
+ * exit code of the `tensorfetch` command line for each.
+ */
+typedef enum tf_code {
+  TF_OK = 0, /**< success (exit 0) */
+
+  /* The file is not valid safetensors, or the index is bad (exit 2). */
+  TF_ERR_FILE_TOO_SMALL = 1,       /**< FileTooSmall: under 8 bytes, or 8 + N past the end */
+  TF_ERR_HEADER_TOO_LARGE = 2,     /**< HeaderTooLarge: N above 100,000,000 */
+  TF_ERR_HEADER_START = 3,         /**< HeaderStart: the header does not start with `{` */
+  TF_ERR_HEADER_JSON = 4,          /**< HeaderJson: not well-formed UTF-8 JSON */
+  TF_ERR_DUPLICATE_KEY = 5,        /**< DuplicateKey: a key twice in one JSON object */
+  TF_ERR_INVALID_METADATA = 6,     /**< InvalidMetadata: `__metadata__` not string to string */
+  TF_ERR_INVALID_ENTRY = 7,        /**< InvalidEntry: a tensor entry misses a field */
+  TF_ERR_INVALID_DTYPE = 8,        /**< InvalidDtype: unknown dtype string */
+  TF_ERR_INVALID_SHAPE = 9,        /**< InvalidShape: not non-negative integers */
+  TF_ERR_INVALID_OFFSETS = 10,     /**< InvalidOffsets: not two integers with begin <= end */
+  TF_ERR_SIZE_MISMATCH = 11,       /**< SizeMismatch: shape and dtype disagree with offsets */
+  TF_ERR_OVERFLOW = 12,            /**< Overflow: a size overflows 64 bits */
+  TF_ERR_HOLE_OR_OVERLAP = 13,     /**< HoleOrOverlap: tensors do not tile the data */
+  TF_ERR_DATA_SIZE_MISMATCH = 14,  /**< DataSizeMismatch: data does not end at end of file */
+  TF_ERR_INVALID_INDEX = 15,       /**< InvalidIndex: a bad `*.safetensors.index.json` */
+  TF_ERR_UNSAFE_SHARD_NAME = 16,   /**< UnsafeShardName: a shard path that could escape */
+  TF_ERR_INDEX_MISMATCH = 17,      /**< IndexMismatch: index and shard headers disagree */
+
+  /* Usage or other (exit 1). */
+  TF_ERR_INVALID_ARGUMENT = 18,    /**< InvalidArgument: a bad argument, option or pattern */
+  TF_ERR_SLICE_OUT_OF_RANGE = 19,  /**< SliceOutOfRange: a slice outside the tensor's shape */
+  TF_ERR_SLICE_MISALIGNED = 20,    /**< SliceMisaligned: a sub-byte slice off byte bounds */
+  TF_ERR_NOT_FOUND = 21,           /**< NotFound: no such local file, or no such tensor */
+  TF_ERR_IO = 22,                  /**< Io: a local read or write failed (also: disk full) */
+  TF_ERR_CANCELLED = 23,           /**< Cancelled: by the progress callback or `tf_cancel` */
+  TF_ERR_NOT_FETCHED = 24,         /**< NotFetched: remote bytes not in the cache yet */
+
+  /* Network or remote (exit 3). */
+  TF_ERR_NETWORK = 25,             /**< Network: connection, TLS, timeout (after retries) */
+  TF_ERR_REMOTE_NOT_FOUND = 26,    /**< RemoteNotFound: repo, revision or file not found */
+  TF_ERR_UNAUTHORIZED = 27,        /**< Unauthorized: 401/403/gated: token missing or refused */
+  TF_ERR_RATE_LIMITED = 28,        /**< RateLimited: 429 still answered after every retry */
+  TF_ERR_BAD_RESPONSE = 29,        /**< BadResponse: a response that breaks the protocol */
+
+  /* Integrity (exit 4). */
+  TF_ERR_INTEGRITY = 30,           /**< Integrity: hash mismatch, or the source changed */
+
+  /* The C API only (exit 1). */
+  TF_ERR_INTERNAL = 100            /**< out of memory, or an unexpected failure inside */
+} tf_code;
+
+/** An open checkpoint. Opaque; created by `tf_open`, destroyed by `tf_close`. */
+typedef struct tf_checkpoint tf_checkpoint;
+
+/** An error: a code and a message. Opaque; owned by the caller, freed with `tf_error_free`. */
+typedef struct tf_error tf_error;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Version, codes and errors                                                                */
+
+/**
+ * The library's version, e.g. "0.1.0". A static string (never freed). Any thread.
+ */
+TF_API const char* tf_version(void) TF_NOEXCEPT;
+
+/**
+ * The stable name of a code, as `tensorfetch::to_string(ErrorCode)` spells it (e.g.
+ * "HoleOrOverlap"); "Ok" for `TF_OK`, "Internal" for `TF_ERR_INTERNAL`, "Unknown" for a
+ * value that is not a code. A static string (never freed). Any thread.
+ */
+TF_API const char* tf_code_name(tf_code code) TF_NOEXCEPT;
+
+/**
+ * The exit code the `tensorfetch` command line uses for a code: 0 for `TF_OK`, 2 format or
+ * index, 3 network or remote, 4 integrity, 1 for anything else. Any thread.
+ */
+TF_API int tf_code_exit_code(tf_code code) TF_NOEXCEPT;
+
+/**
+ * The code of an error; `TF_OK` for NULL. Any thread, as long as the error is not freed
+ * meanwhile.
+ */
+TF_API tf_code tf_error_code(const tf_error* error) TF_NOEXCEPT;
+
+/**
+ * The message of an error (UTF-8, self-contained: it names the file, tensor, URL or byte
+ * range involved); "" for NULL. Owned by the error: valid until `tf_error_free(error)`.
+ * Any thread, as long as the error is not freed meanwhile.
+ */
+TF_API const char* tf_error_message(const tf_error* error) TF_NOEXCEPT;
+
+/**
+ * Releases an error; NULL is ignored. Call it once per error the library handed out; the
+ * error must not be in use by another thread.
+ */
+TF_API void tf_error_free(tf_error* error) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Opening                                                                                  */
+
+/** Sentinel for `tf_open_options.offline`: decide from `$HF_HUB_OFFLINE`. */
+#define TF_OFFLINE_FROM_ENV (-1)
+
+/**
+ * How to open a checkpoint. A plain value owned by the caller; initialize it with
+ * `tf_open_options_init`, then set what you need. Strings are copied by `tf_open`. NULL or
+ * 0 means the default stated per field (defaults come from the environment, as the
+ * Hugging Face tools read it).
+ */
+typedef struct tf_open_options {
+  /** sizeof(tf_open_options), as set by `tf_open_options_init`. */
+  size_t size;
+  /** Cache root; NULL: `$TENSORFETCH_CACHE`, else `$XDG_CACHE_HOME/tensorfetch`, else
+   *  `~/.cache/tensorfetch`. */
+  const char* cache_dir;
+  /** Parallel transfers of tensor data; 0: 16. */
+  size_t connections;
+  /** Access token; NULL: `$HF_TOKEN`, else the file `$HF_HOME/token`; "": send none. Sent
+   *  as `Authorization: Bearer` to the endpoint host only, never to a redirect target. */
+  const char* token;
+  /** Hub endpoint; NULL: `$HF_ENDPOINT`, else https://huggingface.co. */
+  const char* endpoint;
+  /** CA bundle for TLS; NULL: `$CURL_CA_BUNDLE`, else the system's. Always verified. */
+  const char* ca_file;
+  /** Hugging Face hub cache whose files are reused; NULL: `$HF_HUB_CACHE`, else
+   *  `$HF_HOME/hub`. */
+  const char* hf_hub_cache;
+  /** 1: no network (open from the cache); 0: network; `TF_OFFLINE_FROM_ENV` (the
+   *  default): 1 when `$HF_HUB_OFFLINE` is `1`, `true` or `yes`. */
+  int offline;
+} tf_open_options;
+
+/**
+ * Sets `options` to the defaults and `options->size` to sizeof(tf_open_options). NULL is
+ * ignored. Any thread.
+ */
+TF_API void tf_open_options_init(tf_open_options* options) TF_NOEXCEPT;
+
+/**
+ * Opens and validates a checkpoint. `location`: a `.safetensors` file, a
+ * `*.safetensors.index.json`, a directory holding a checkpoint, an http(s) URL of a file or
+ * an index, or a Hub repo (`hf://ORG/NAME[@REV][/PATH]`, `ORG/NAME`). Remote checkpoints are
+ * read from their headers alone (no tensor bytes); local files are mapped read-only.
+ * `options` may be NULL (all defaults).
+ *
+ * On success stores a new checkpoint in `*out`, owned by the caller until `tf_close`. On
+ * failure `*out` is NULL; e.g. a missing file is `TF_ERR_NOT_FOUND` with a message naming
+ * the path. Any thread; several checkpoints may be opened concurrently.
+ */
+TF_API tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpoint** out,
+                       tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Closes a checkpoint: unmaps its files and frees everything it handed out (names, shapes,
+ * data pointers). NULL is ignored. No other call on this checkpoint may run meanwhile or
+ * follow.
+ */
+TF_API void tf_close(tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Files and tensors. All of these are "any thread" functions; every pointer they return is */
+/* owned by the checkpoint and valid until `tf_close`. An index out of range (or a NULL     */
+/* checkpoint) gives NULL / 0.                                                               */
+
+/** Non-zero when the checkpoint is remote (a URL or a Hub repo). Any thread. */
+TF_API int tf_is_remote(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/** Number of safetensors files (1, or the shards of an index). Any thread. */
+TF_API size_t tf_file_count(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/**
+ * Path of file `file`, relative to the checkpoint (the shard name of an index, the path in
+ * a repo). Owned by the checkpoint, valid until `tf_close`. Any thread.
+ */
+TF_API const char* tf_file_path(const tf_checkpoint* checkpoint, size_t file) TF_NOEXCEPT;
+
+/** Size in bytes of file `file`; 0 when out of range. Any thread. */
+TF_API uint64_t tf_file_size(const tf_checkpoint* checkpoint, size_t file) TF_NOEXCEPT;
+
+/** Number of tensors, over every file. Any thread. */
+TF_API size_t tf_tensor_count(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/**
+ * Name of tensor `index` (tensors are in natural name order: `layers.2` before `layers.10`).
+ * Owned by the checkpoint, valid until `tf_close`. Any thread.
+ */
+TF_API const char* tf_tensor_name(const tf_checkpoint* checkpoint, size_t index) TF_NOEXCEPT;
+
+/**
+ * Dtype of tensor `index`, as the file spells it ("BF16", "F8_E4M3", ...). A static string.
+ * Any thread.
+ */
+TF_API const char* tf_tensor_dtype(const tf_checkpoint* checkpoint, size_t index) TF_NOEXCEPT;
+
+/**
+ * Shape of tensor `index`: stores the number of dimensions in `*ndim` (0 for a scalar; may
+ * be NULL) and returns the `*ndim` dimensions, owned by the checkpoint and valid until
+ * `tf_close` (NULL when there are none). Any thread.
+ */
+TF_API const uint64_t* tf_tensor_shape(const tf_checkpoint* checkpoint, size_t index,
+                                       size_t* ndim) TF_NOEXCEPT;
+
+/**
+ * The safetensors `data_offsets` of tensor `index`: its bytes are [begin, end) of the data
+ * section of its file (which starts after the 8-byte prefix and the header). Either pointer
+ * may be NULL. Returns `TF_OK`, or `TF_ERR_INVALID_ARGUMENT` when the index is out of range
+ * (the outputs are then 0). Any thread.
+ */
+TF_API tf_code tf_tensor_data_offsets(const tf_checkpoint* checkpoint, size_t index,
+                                      uint64_t* begin, uint64_t* end) TF_NOEXCEPT;
+
+/** Position in the files (see `tf_file_path`) of the file holding tensor `index`. Any thread. */
+TF_API size_t tf_tensor_file_index(const tf_checkpoint* checkpoint, size_t index) TF_NOEXCEPT;
+
+/**
+ * Path of the file (shard) holding tensor `index`, as `tf_file_path` gives it. Owned by the
+ * checkpoint, valid until `tf_close`. Any thread.
+ */
+TF_API const char* tf_tensor_file(const tf_checkpoint* checkpoint, size_t index) TF_NOEXCEPT;
+
+/**
+ * Looks a tensor up by its exact name. Returns 1 and stores its position in `*index` (when
+ * not NULL) if there is one, else 0. Any thread.
+ */
+TF_API int tf_find(const tf_checkpoint* checkpoint, const char* name, size_t* index) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Fetching                                                                                 */
+
+/** Progress of a fetch, handed to the callback. Owned by the library; valid during the call. */
+typedef struct tf_progress {
+  uint64_t bytes_done;   /**< bytes transferred so far */
+  uint64_t bytes_total;  /**< bytes to transfer (what the cache did not hold) */
+  uint64_t bytes_cached; /**< wanted bytes the cache already held */
+  size_t files_done;     /**< files with nothing left to transfer */
+  size_t files_total;    /**< files involved */
+  double seconds;        /**< since the fetch started */
+} tf_progress;
+
+/**
+ * Progress callback: called on the fetching thread at most every 100 ms while data arrives,
+ * and once at the end. Return 0 to go on, non-zero to cancel (the fetch then fails with
+ * `TF_ERR_CANCELLED`; what arrived whole is kept in the cache). It must not call
+ * `tf_fetch`, `tf_fetch_all` or `tf_close` on the same checkpoint.
+ */
+typedef int (*tf_progress_fn)(const tf_progress* progress, void* user);
+
+/**
+ * How to fetch. A plain value owned by the caller; initialize it with
+ * `tf_fetch_options_init`. 0 means the default stated per field.
+ */
+typedef struct tf_fetch_options {
+  /** sizeof(tf_fetch_options), as set by `tf_fetch_options_init`. */
+  size_t size;
+  /** Parallel transfers; 0: `tf_open_options.connections`. */
+  size_t connections;
+  /** Largest single range transfer in bytes; 0: 8 MiB. */
+  uint64_t chunk_size;
+  /** Holes of at most this many bytes between wanted ranges are fetched too, saving a
+   *  request; 0: 1 MiB. */
+  uint64_t coalesce_gap;
+  /** Progress callback, or NULL. */
+  tf_progress_fn progress;
+  /** Passed to `progress` unchanged. */
+  void* user;
+} tf_fetch_options;
+
+/**
+ * What a fetch did. Owned by the caller; set `size` (with `tf_fetch_stats_init`) before
+ * passing it: the library fills only the fields that fit in `size` bytes.
+ */
+typedef struct tf_fetch_stats {
+  size_t size;                /**< sizeof(tf_fetch_stats), as set by `tf_fetch_stats_init` */
+  uint64_t bytes_transferred; /**< bytes received over the network */
+  uint64_t bytes_cached;      /**< wanted bytes already in the cache */
+  uint64_t requests;          /**< HTTP requests sent (retries included) */
+  uint64_t retries;           /**< of which retries */
+  uint64_t chunks;            /**< planned transfers */
+} tf_fetch_stats;
+
+/** Sets `options` to the defaults (no callback). NULL is ignored. Any thread. */
+TF_API void tf_fetch_options_init(tf_fetch_options* options) TF_NOEXCEPT;
+
+/** Zeroes `stats` and sets its `size`. NULL is ignored. Any thread. */
+TF_API void tf_fetch_stats_init(tf_fetch_stats* stats) TF_NOEXCEPT;
+
+/**
+ * Makes the bytes of the tensors matched by `patterns[0..n)` present in the local cache:
+ * what the cache lacks is planned (coalesced, split into chunks), transferred over
+ * parallel connections and committed durably. Each pattern is an exact tensor name or a
+ * glob (fnmatch: `*`, `?`, `[...]`; `*` also matches `.`); a pattern that matches nothing
+ * is `TF_ERR_NOT_FOUND` and nothing is fetched. `n` == 0 fetches nothing. A no-op for
+ * local checkpoints (their bytes are already mapped). `options` and `stats` may be NULL.
+ *
+ * Thread-safety: blocks the calling thread. Fetches on one checkpoint run one at a time
+ * (a second caller waits); the "any thread" functions may run meanwhile, and `tf_cancel`
+ * stops it from another thread.
+ */
+TF_API tf_code tf_fetch(tf_checkpoint* checkpoint, const char* const* patterns, size_t n,
+                        const tf_fetch_options* options, tf_fetch_stats* stats,
+                        tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Fetches every file of the checkpoint whole (a download); each is verified against its
+ * sha256 when the server named one. Otherwise as `tf_fetch`.
+ */
+TF_API tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options,
+                            tf_fetch_stats* stats, tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Asks the running fetch on `checkpoint` to stop: it fails with `TF_ERR_CANCELLED` the next
+ * time it reports progress (within about 100 ms while data flows, else when the current
+ * transfers end). When no fetch is running, the next one to start is cancelled at once:
+ * a request is consumed by the fetch it stops. NULL is ignored. Any thread; it only sets a
+ * lock-free atomic flag, so it may also be called from a signal handler.
+ */
+TF_API void tf_cancel(tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/**
+ * The bytes of tensor `name` (exact name): stores a pointer into the read-only memory map of
+ * the local file or of its cache blob in `*data` and the byte count in `*len`. The bytes
+ * are owned by the checkpoint and valid until `tf_close`; they must not be written. Returns
+ * `TF_ERR_NOT_FOUND` for an unknown name, `TF_ERR_NOT_FETCHED` when a remote tensor's bytes
+ * are not all in the cache yet (fetch them first), `TF_ERR_INVALID_ARGUMENT` for NULL
+ * arguments; `*data` is then NULL and `*len` 0. An empty tensor gives `*len` 0. Any thread.
+ */
+TF_API tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name, const void** data,
+                              size_t* len) TF_NOEXCEPT;
+
+/**
+ * Saves every file of the checkpoint into directory `dir` (created if needed), named as in
+ * the repo: the safetensors files, the index, and `config.json` when there is one. Remote
+ * files must have been fetched whole (`tf_fetch_all`), else `TF_ERR_NOT_FETCHED`; they are
+ * hard-linked from the cache when it is on the same file system, else copied. Files appear
+ * complete or not at all. Any thread; runs one at a time with the fetches on the same
+ * checkpoint (waits for a running one).
+ */
+TF_API tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir,
+                             tf_error** err) TF_NOEXCEPT;
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* TENSORFETCH_TENSORFETCH_H */

@@ -1,0 +1,522 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C API (include/tensorfetch/tensorfetch.h) over the C++ one. Every entry point is
+// noexcept and catches everything: no exception reaches C. Codes and dtype names are mapped
+// through switches, so that a new C++ enumerator without a C counterpart fails the build
+// (-Wswitch under --werror).
+#include "tensorfetch/tensorfetch.h"
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tensorfetch/checkpoint.hpp"
+#include "tensorfetch/dtype.hpp"
+#include "tensorfetch/error.hpp"
+#include "tensorfetch/version.hpp"
+
+using tensorfetch::ErrorCode;
+
+/// An error handed to C: owned by the caller until tf_error_free.
+struct tf_error {
+  tf_code code;
+  std::string message;
+};
+
+/// A checkpoint handed to C: the C++ object, plus what serializes fetches and cancels them.
+struct tf_checkpoint {
+  explicit tf_checkpoint(tensorfetch::Checkpoint c) : checkpoint(std::move(c)) {}
+  tensorfetch::Checkpoint checkpoint;
+  mutable std::mutex fetch_mutex;   // one fetch (or save) at a time; not logical state
+  std::atomic<bool> cancel{false};  // set by tf_cancel, consumed by the fetch it stops
+};
+
+namespace {
+
+static_assert(std::atomic<bool>::is_always_lock_free, "tf_cancel promises a lock-free flag");
+
+// Every C++ code with its C name; the C value is TF_ERR_<UPPER>. Kept in one list so that the
+// three mappings below cannot disagree.
+#define TF_CODE_LIST(X)                                \
+  X(FileTooSmall, TF_ERR_FILE_TOO_SMALL)               \
+  X(HeaderTooLarge, TF_ERR_HEADER_TOO_LARGE)           \
+  X(HeaderStart, TF_ERR_HEADER_START)                  \
+  X(HeaderJson, TF_ERR_HEADER_JSON)                    \
+  X(DuplicateKey, TF_ERR_DUPLICATE_KEY)                \
+  X(InvalidMetadata, TF_ERR_INVALID_METADATA)          \
+  X(InvalidEntry, TF_ERR_INVALID_ENTRY)                \
+  X(InvalidDtype, TF_ERR_INVALID_DTYPE)                \
+  X(InvalidShape, TF_ERR_INVALID_SHAPE)                \
+  X(InvalidOffsets, TF_ERR_INVALID_OFFSETS)            \
+  X(SizeMismatch, TF_ERR_SIZE_MISMATCH)                \
+  X(Overflow, TF_ERR_OVERFLOW)                         \
+  X(HoleOrOverlap, TF_ERR_HOLE_OR_OVERLAP)             \
+  X(DataSizeMismatch, TF_ERR_DATA_SIZE_MISMATCH)       \
+  X(InvalidIndex, TF_ERR_INVALID_INDEX)                \
+  X(UnsafeShardName, TF_ERR_UNSAFE_SHARD_NAME)         \
+  X(IndexMismatch, TF_ERR_INDEX_MISMATCH)              \
+  X(InvalidArgument, TF_ERR_INVALID_ARGUMENT)          \
+  X(SliceOutOfRange, TF_ERR_SLICE_OUT_OF_RANGE)        \
+  X(SliceMisaligned, TF_ERR_SLICE_MISALIGNED)          \
+  X(NotFound, TF_ERR_NOT_FOUND)                        \
+  X(Io, TF_ERR_IO)                                     \
+  X(Cancelled, TF_ERR_CANCELLED)                       \
+  X(NotFetched, TF_ERR_NOT_FETCHED)                    \
+  X(Network, TF_ERR_NETWORK)                           \
+  X(RemoteNotFound, TF_ERR_REMOTE_NOT_FOUND)           \
+  X(Unauthorized, TF_ERR_UNAUTHORIZED)                 \
+  X(RateLimited, TF_ERR_RATE_LIMITED)                  \
+  X(BadResponse, TF_ERR_BAD_RESPONSE)                  \
+  X(Integrity, TF_ERR_INTEGRITY)
+
+tf_code to_c(ErrorCode code) noexcept {
+  switch (code) {
+#define TF_TO_C(cpp, c) \
+  case ErrorCode::cpp:  \
+    return c;
+    TF_CODE_LIST(TF_TO_C)
+#undef TF_TO_C
+  }
+  return TF_ERR_INTERNAL;
+}
+
+// The C++ code of a C one; nothing for TF_OK, TF_ERR_INTERNAL and values that are no code.
+std::optional<ErrorCode> from_c(tf_code code) noexcept {
+  switch (code) {
+#define TF_FROM_C(cpp, c) \
+  case c:                 \
+    return ErrorCode::cpp;
+    TF_CODE_LIST(TF_FROM_C)
+#undef TF_FROM_C
+    case TF_OK:
+    case TF_ERR_INTERNAL:
+      break;
+  }
+  return std::nullopt;
+}
+
+const char* c_name(tf_code code) noexcept {
+  switch (code) {
+#define TF_NAME(cpp, c) \
+  case c:               \
+    return #cpp;
+    TF_CODE_LIST(TF_NAME)
+#undef TF_NAME
+    case TF_OK:
+      return "Ok";
+    case TF_ERR_INTERNAL:
+      return "Internal";
+  }
+  return "Unknown";
+}
+
+#undef TF_CODE_LIST
+
+// NUL-terminated dtype names (the C++ API hands out string_views).
+const char* dtype_name(tensorfetch::DType dtype) noexcept {
+  using tensorfetch::DType;
+  switch (dtype) {
+#define TF_DTYPE(d) \
+  case DType::d:    \
+    return #d;
+    TF_DTYPE(BOOL)
+    TF_DTYPE(F4)
+    TF_DTYPE(F6_E2M3)
+    TF_DTYPE(F6_E3M2)
+    TF_DTYPE(U8)
+    TF_DTYPE(I8)
+    TF_DTYPE(F8_E5M2)
+    TF_DTYPE(F8_E4M3)
+    TF_DTYPE(F8_E8M0)
+    TF_DTYPE(F8_E4M3FNUZ)
+    TF_DTYPE(F8_E5M2FNUZ)
+    TF_DTYPE(I16)
+    TF_DTYPE(U16)
+    TF_DTYPE(F16)
+    TF_DTYPE(BF16)
+    TF_DTYPE(I32)
+    TF_DTYPE(U32)
+    TF_DTYPE(F32)
+    TF_DTYPE(C64)
+    TF_DTYPE(F64)
+    TF_DTYPE(I64)
+    TF_DTYPE(U64)
+#undef TF_DTYPE
+  }
+  return "?";
+}
+
+// Handed out when even an error cannot be allocated; tf_error_free leaves it alone.
+tf_error g_out_of_memory{TF_ERR_INTERNAL, "out of memory"};
+
+// Stores a new error in `*err` (when err is not NULL) and returns its code.
+tf_code store_error(tf_error** err, tf_code code, std::string_view message,
+                    std::string_view detail = {}) noexcept {
+  if (err == nullptr) return code;
+  try {
+    std::string text(message);
+    text += detail;
+    *err = new tf_error{code, std::move(text)};
+  } catch (...) {
+    *err = &g_out_of_memory;
+  }
+  return code;
+}
+
+tf_code store_error(tf_error** err, const tensorfetch::Error& error) noexcept {
+  return store_error(err, to_c(error.code), error.message);
+}
+
+void clear_error(tf_error** err) noexcept {
+  if (err != nullptr) *err = nullptr;
+}
+
+// Runs `body` (which returns a tf_code), turning any exception into TF_ERR_INTERNAL.
+template <class Body>
+tf_code guarded(tf_error** err, Body&& body) noexcept {
+  try {
+    return std::forward<Body>(body)();
+  } catch (const std::bad_alloc&) {
+    return store_error(err, TF_ERR_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return store_error(err, TF_ERR_INTERNAL, "unexpected failure: ", e.what());
+  } catch (...) {
+    return store_error(err, TF_ERR_INTERNAL, "unexpected failure");
+  }
+}
+
+// True when the caller's struct (of `size` bytes) holds `field`, at `offset` of `length` bytes.
+constexpr bool holds(std::size_t size, std::size_t offset, std::size_t length) noexcept {
+  return size >= offset + length;
+}
+#define TF_HOLDS(type, ptr, field) holds((ptr)->size, offsetof(type, field), sizeof((ptr)->field))
+
+// The tensor at `index`, or nullptr.
+const tensorfetch::TensorRef* tensor_at(const tf_checkpoint* checkpoint, std::size_t index) noexcept {
+  if (checkpoint == nullptr) return nullptr;
+  const auto& tensors = checkpoint->checkpoint.tensors();
+  return index < tensors.size() ? &tensors[index] : nullptr;
+}
+
+// Clears the cancel flag when a fetch ends, however it ends: a cancel request is consumed by
+// the fetch it stops (or by a fetch that completed before it could notice it).
+struct ConsumeCancel {
+  std::atomic<bool>& flag;
+  ~ConsumeCancel() { flag.store(false); }
+};
+
+tf_code cancelled(tf_error** err) noexcept {
+  return store_error(err, TF_ERR_CANCELLED, "cancelled by the caller (tf_cancel)");
+}
+
+// The C++ fetch options for the C ones (NULL: defaults); the progress function also watches
+// the cancel flag. Returns TF_OK or the argument error.
+tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, tensorfetch::FetchOptions& out,
+                      tf_error** err) {
+  tf_progress_fn callback = nullptr;
+  void* user = nullptr;
+  if (in != nullptr) {
+    if (in->size == 0) {
+      return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                         "tf_fetch_options.size is 0: initialize the options with tf_fetch_options_init");
+    }
+    if (TF_HOLDS(tf_fetch_options, in, connections)) out.connections = in->connections;
+    if (TF_HOLDS(tf_fetch_options, in, chunk_size) && in->chunk_size != 0) out.chunk_size = in->chunk_size;
+    if (TF_HOLDS(tf_fetch_options, in, coalesce_gap) && in->coalesce_gap != 0) out.coalesce_gap = in->coalesce_gap;
+    if (TF_HOLDS(tf_fetch_options, in, progress)) callback = in->progress;
+    if (TF_HOLDS(tf_fetch_options, in, user)) user = in->user;
+  }
+  std::atomic<bool>* flag = &checkpoint->cancel;
+  out.progress = [flag, callback, user](const tensorfetch::FetchProgress& p) noexcept {
+    if (flag->load()) return false;
+    if (callback == nullptr) return true;
+    tf_progress c{};
+    c.bytes_done = p.bytes_done;
+    c.bytes_total = p.bytes_total;
+    c.bytes_cached = p.bytes_cached;
+    c.files_done = p.files_done;
+    c.files_total = p.files_total;
+    c.seconds = p.seconds;
+    try {
+      return callback(&c, user) == 0 && !flag->load();
+    } catch (...) {  // a C++ callback that throws: stop rather than unwind through the fetch
+      return false;
+    }
+  };
+  return TF_OK;
+}
+
+tf_code check_stats(const tf_fetch_stats* stats, tf_error** err) noexcept {
+  if (stats != nullptr && stats->size == 0) {
+    return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                       "tf_fetch_stats.size is 0: initialize the stats with tf_fetch_stats_init");
+  }
+  return TF_OK;
+}
+
+void store_stats(const tensorfetch::FetchStats& in, tf_fetch_stats* out) noexcept {
+  if (out == nullptr) return;
+  if (TF_HOLDS(tf_fetch_stats, out, bytes_transferred)) out->bytes_transferred = in.bytes_transferred;
+  if (TF_HOLDS(tf_fetch_stats, out, bytes_cached)) out->bytes_cached = in.bytes_cached;
+  if (TF_HOLDS(tf_fetch_stats, out, requests)) out->requests = in.requests;
+  if (TF_HOLDS(tf_fetch_stats, out, retries)) out->retries = in.retries;
+  if (TF_HOLDS(tf_fetch_stats, out, chunks)) out->chunks = in.chunks;
+}
+
+// Runs one fetch under the checkpoint's fetch lock, honouring and then consuming a cancel.
+template <class Run>
+tf_code run_fetch(tf_checkpoint* checkpoint, const tf_fetch_options* options, tf_fetch_stats* stats,
+                  tf_error** err, Run&& run) {
+  if (tf_code c = check_stats(stats, err); c != TF_OK) return c;
+  tensorfetch::FetchOptions fo;
+  if (tf_code c = fetch_options(checkpoint, options, fo, err); c != TF_OK) return c;
+  std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
+  ConsumeCancel consume{checkpoint->cancel};
+  if (checkpoint->cancel.load()) return cancelled(err);
+  tensorfetch::Result<tensorfetch::FetchStats> result = std::forward<Run>(run)(fo);
+  if (!result) return store_error(err, result.error());
+  store_stats(*result, stats);
+  return TF_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* tf_version(void) noexcept { return tensorfetch::version(); }
+
+const char* tf_code_name(tf_code code) noexcept { return c_name(code); }
+
+int tf_code_exit_code(tf_code code) noexcept {
+  if (code == TF_OK) return 0;
+  auto cpp = from_c(code);
+  return cpp ? tensorfetch::exit_code(*cpp) : 1;
+}
+
+tf_code tf_error_code(const tf_error* error) noexcept { return error != nullptr ? error->code : TF_OK; }
+
+const char* tf_error_message(const tf_error* error) noexcept {
+  return error != nullptr ? error->message.c_str() : "";
+}
+
+void tf_error_free(tf_error* error) noexcept {
+  if (error != &g_out_of_memory) delete error;
+}
+
+void tf_open_options_init(tf_open_options* options) noexcept {
+  if (options == nullptr) return;
+  *options = tf_open_options{};
+  options->size = sizeof(tf_open_options);
+  options->offline = TF_OFFLINE_FROM_ENV;
+}
+
+tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpoint** out,
+                tf_error** err) noexcept {
+  clear_error(err);
+  if (out == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_open: out is NULL");
+  *out = nullptr;
+  if (location == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_open: location is NULL");
+  return guarded(err, [&]() -> tf_code {
+    tensorfetch::OpenOptions o;
+    if (options != nullptr) {
+      if (options->size == 0) {
+        return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                           "tf_open_options.size is 0: initialize the options with tf_open_options_init");
+      }
+      auto text = [](const char* s) { return s != nullptr ? std::string(s) : std::string(); };
+      if (TF_HOLDS(tf_open_options, options, cache_dir)) o.cache_dir = text(options->cache_dir);
+      if (TF_HOLDS(tf_open_options, options, connections) && options->connections != 0) {
+        o.connections = options->connections;
+      }
+      if (TF_HOLDS(tf_open_options, options, token) && options->token != nullptr) o.token = options->token;
+      if (TF_HOLDS(tf_open_options, options, endpoint)) o.endpoint = text(options->endpoint);
+      if (TF_HOLDS(tf_open_options, options, ca_file)) o.ca_file = text(options->ca_file);
+      if (TF_HOLDS(tf_open_options, options, hf_hub_cache)) o.hf_hub_cache = text(options->hf_hub_cache);
+      if (TF_HOLDS(tf_open_options, options, offline)) {
+        switch (options->offline) {
+          case TF_OFFLINE_FROM_ENV: break;
+          case 0: o.offline = false; break;
+          case 1: o.offline = true; break;
+          default:
+            return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                               "tf_open_options.offline must be 0, 1 or TF_OFFLINE_FROM_ENV, not ",
+                               std::to_string(options->offline));
+        }
+      }
+    }
+    auto opened = tensorfetch::Checkpoint::open(location, o);
+    if (!opened) return store_error(err, opened.error());
+    *out = new tf_checkpoint(std::move(*opened));
+    return TF_OK;
+  });
+}
+
+void tf_close(tf_checkpoint* checkpoint) noexcept { delete checkpoint; }
+
+int tf_is_remote(const tf_checkpoint* checkpoint) noexcept {
+  return checkpoint != nullptr && checkpoint->checkpoint.remote() ? 1 : 0;
+}
+
+size_t tf_file_count(const tf_checkpoint* checkpoint) noexcept {
+  return checkpoint != nullptr ? checkpoint->checkpoint.files().size() : 0;
+}
+
+const char* tf_file_path(const tf_checkpoint* checkpoint, size_t file) noexcept {
+  if (checkpoint == nullptr || file >= checkpoint->checkpoint.files().size()) return nullptr;
+  return checkpoint->checkpoint.files()[file].path.c_str();
+}
+
+uint64_t tf_file_size(const tf_checkpoint* checkpoint, size_t file) noexcept {
+  if (checkpoint == nullptr || file >= checkpoint->checkpoint.files().size()) return 0;
+  return checkpoint->checkpoint.files()[file].size;
+}
+
+size_t tf_tensor_count(const tf_checkpoint* checkpoint) noexcept {
+  return checkpoint != nullptr ? checkpoint->checkpoint.tensors().size() : 0;
+}
+
+const char* tf_tensor_name(const tf_checkpoint* checkpoint, size_t index) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  return t != nullptr ? t->info->name.c_str() : nullptr;
+}
+
+const char* tf_tensor_dtype(const tf_checkpoint* checkpoint, size_t index) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  return t != nullptr ? dtype_name(t->info->dtype) : nullptr;
+}
+
+const uint64_t* tf_tensor_shape(const tf_checkpoint* checkpoint, size_t index, size_t* ndim) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  if (ndim != nullptr) *ndim = t != nullptr ? t->info->shape.size() : 0;
+  if (t == nullptr || t->info->shape.empty()) return nullptr;
+  return t->info->shape.data();
+}
+
+tf_code tf_tensor_data_offsets(const tf_checkpoint* checkpoint, size_t index, uint64_t* begin,
+                               uint64_t* end) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  if (begin != nullptr) *begin = t != nullptr ? t->info->begin : 0;
+  if (end != nullptr) *end = t != nullptr ? t->info->end : 0;
+  return t != nullptr ? TF_OK : TF_ERR_INVALID_ARGUMENT;
+}
+
+size_t tf_tensor_file_index(const tf_checkpoint* checkpoint, size_t index) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  return t != nullptr ? t->file : 0;
+}
+
+const char* tf_tensor_file(const tf_checkpoint* checkpoint, size_t index) noexcept {
+  const auto* t = tensor_at(checkpoint, index);
+  return t != nullptr ? tf_file_path(checkpoint, t->file) : nullptr;
+}
+
+int tf_find(const tf_checkpoint* checkpoint, const char* name, size_t* index) noexcept {
+  if (checkpoint == nullptr || name == nullptr) return 0;
+  try {
+    const auto* found = checkpoint->checkpoint.find(name);
+    if (found == nullptr) return 0;
+    const auto& tensors = checkpoint->checkpoint.tensors();
+    // find() points into tensors(); fall back to a search should that ever change.
+    std::size_t i = 0;
+    if (!tensors.empty() && !std::less<>()(found, tensors.data()) &&
+        std::less<>()(found, tensors.data() + tensors.size())) {
+      i = static_cast<std::size_t>(found - tensors.data());
+    } else {
+      while (i < tensors.size() && tensors[i].info != found->info) ++i;
+      if (i == tensors.size()) return 0;
+    }
+    if (index != nullptr) *index = i;
+    return 1;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void tf_fetch_options_init(tf_fetch_options* options) noexcept {
+  if (options == nullptr) return;
+  *options = tf_fetch_options{};
+  options->size = sizeof(tf_fetch_options);
+}
+
+void tf_fetch_stats_init(tf_fetch_stats* stats) noexcept {
+  if (stats == nullptr) return;
+  *stats = tf_fetch_stats{};
+  stats->size = sizeof(tf_fetch_stats);
+}
+
+tf_code tf_fetch(tf_checkpoint* checkpoint, const char* const* patterns, size_t n,
+                 const tf_fetch_options* options, tf_fetch_stats* stats, tf_error** err) noexcept {
+  clear_error(err);
+  if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: checkpoint is NULL");
+  if (n > 0 && patterns == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: patterns is NULL");
+  return guarded(err, [&]() -> tf_code {
+    std::vector<tensorfetch::Selector> selectors;
+    selectors.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (patterns[i] == nullptr) {
+        return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: patterns[", std::to_string(i) + "] is NULL");
+      }
+      selectors.push_back(tensorfetch::Selector{patterns[i], std::nullopt});
+    }
+    auto selection = checkpoint->checkpoint.select(selectors);
+    if (!selection) return store_error(err, selection.error());
+    return run_fetch(checkpoint, options, stats, err, [&](const tensorfetch::FetchOptions& fo) {
+      if (selection->empty()) return tensorfetch::Result<tensorfetch::FetchStats>(tensorfetch::FetchStats{});
+      return checkpoint->checkpoint.fetch(*selection, fo);
+    });
+  });
+}
+
+tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options, tf_fetch_stats* stats,
+                     tf_error** err) noexcept {
+  clear_error(err);
+  if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch_all: checkpoint is NULL");
+  return guarded(err, [&]() -> tf_code {
+    return run_fetch(checkpoint, options, stats, err,
+                     [&](const tensorfetch::FetchOptions& fo) { return checkpoint->checkpoint.fetch_all(fo); });
+  });
+}
+
+void tf_cancel(tf_checkpoint* checkpoint) noexcept {
+  if (checkpoint != nullptr) checkpoint->cancel.store(true);
+}
+
+tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name, const void** data, size_t* len) noexcept {
+  if (data != nullptr) *data = nullptr;
+  if (len != nullptr) *len = 0;
+  if (checkpoint == nullptr || name == nullptr || data == nullptr || len == nullptr) return TF_ERR_INVALID_ARGUMENT;
+  try {
+    const auto* ref = checkpoint->checkpoint.find(name);
+    if (ref == nullptr) return TF_ERR_NOT_FOUND;
+    auto view = checkpoint->checkpoint.view(*ref);
+    if (!view) return to_c(view.error().code);
+    *data = view->bytes.data();
+    *len = view->bytes.size();
+    return TF_OK;
+  } catch (...) {  // out of memory while building an error message
+    return TF_ERR_INTERNAL;
+  }
+}
+
+tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir, tf_error** err) noexcept {
+  clear_error(err);
+  if (checkpoint == nullptr || dir == nullptr) {
+    return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_save_files: checkpoint or dir is NULL");
+  }
+  return guarded(err, [&]() -> tf_code {
+    // Fetches write what save_files reads: one at a time.
+    std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
+    auto saved = checkpoint->checkpoint.save_files(dir);
+    if (!saved) return store_error(err, saved.error());
+    return TF_OK;
+  });
+}
+
+}  // extern "C"

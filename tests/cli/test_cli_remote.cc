@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CLI contract for remote locations: network and remote errors exit 3 with a message that
+// names the repo or URL and what to do; a remote `inspect --json` exits 0. The built
+// `tensorfetch` binary runs against the in-process Hub-like server (tools/hubserver), whose
+// request log shows what the binary sent (attempts, Authorization).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+
+#include "cli_util.hpp"
+#include "hub_server.hpp"
+
+using namespace clitest;
+using tensorfetch::testing::HubServer;
+using tensorfetch::testing::RequestRecord;
+
+namespace {
+
+// Sets environment variables for the life of the object (the binary inherits the test's
+// environment) and restores them afterwards.
+class EnvGuard {
+ public:
+  EnvGuard() = default;
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  ~EnvGuard() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+  void set(const std::string& name, const std::optional<std::string>& value) {
+    if (!saved_.count(name)) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+    if (value) {
+      ::setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+
+// Two F32 tensors and one BF16 tensor, with __metadata__.
+const std::string kHeader =
+    R"({"__metadata__":{"format":"pt"},)"
+    R"("model.embed.weight":{"dtype":"F32","shape":[4,8],"data_offsets":[0,128]},)"
+    R"("model.norm.weight":{"dtype":"BF16","shape":[8],"data_offsets":[128,144]},)"
+    R"("lm_head.weight":{"dtype":"F32","shape":[2,8],"data_offsets":[144,208]}})";
+
+// A Hub root with org/tiny (model.safetensors + config.json), the test's environment made
+// hermetic (no token, no endpoint, no CA bundle from the developer's shell), and a server.
+struct Remote {
+  TempDir root;
+  TempDir hf_home;  // empty: no $HF_HOME/token, no $HF_HOME/hub cache
+  TempDir cache;    // TENSORFETCH_CACHE
+  EnvGuard env;
+  std::string file_bytes;
+  std::unique_ptr<HubServer> server;
+
+  explicit Remote(tensorfetch::testing::Options options = {}) {
+    fs::create_directories(root / "org" / "tiny");
+    std::string data(208, '\0');
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+    file_bytes = make_safetensors(kHeader, data);
+    write_file(root / "org" / "tiny" / "model.safetensors", file_bytes);
+    write_file(root / "org" / "tiny" / "config.json", R"({"model_type":"llama"})");
+    env.set("HF_TOKEN", std::nullopt);
+    env.set("HF_HOME", hf_home.path().string());
+    env.set("HF_ENDPOINT", std::nullopt);
+    env.set("CURL_CA_BUNDLE", std::nullopt);
+    env.set("HF_HUB_OFFLINE", std::nullopt);
+    env.set("HF_HUB_CACHE", std::nullopt);
+    env.set("TENSORFETCH_CACHE", cache.path().string());
+    options.root = root.path();
+    server = std::make_unique<HubServer>(options);
+    server->start();
+  }
+  std::string endpoint() const { return server->endpoint(); }
+};
+
+std::string log_text(const std::vector<RequestRecord>& log) {
+  std::string s;
+  for (const auto& r : log) s += r.to_json() + "\n";
+  return s;
+}
+
+// A port on 127.0.0.1 that refuses connections: bound (so nobody else takes it while the test
+// runs) but not listening.
+struct ClosedPort {
+  int fd = -1;
+  int port = 0;
+  ClosedPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+  ~ClosedPort() { ::close(fd); }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("cli remote: a repo that does not exist exits 3 and names the repo and the URL; no Authorization is sent",
+          "[cli][remote]") {
+  Remote r;
+  const std::vector<std::string> args = {"inspect", "hf://org/nope", "--endpoint", r.endpoint(), "--retries", "0"};
+  auto res = run(args);
+  INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(r.server->log()));
+  CHECK(res.exit_code == 3);
+  CHECK(res.out.empty());
+  CHECK_THAT(res.err, Catch::StartsWith("tensorfetch: error: "));
+  CHECK_THAT(res.err, Catch::Contains("repository org/nope not found"));
+  CHECK_THAT(res.err, Catch::Contains(r.endpoint() + "/org/nope/resolve/main/"));
+  CHECK_THAT(res.err, Catch::Contains("HF_TOKEN"));  // the hint for private repos
+  // Round 1 asks the three candidates at once; each says RepoNotFound.
+  const auto log = r.server->log();
+  CHECK(log.size() == 3);
+  for (const auto& rec : log) {
+    INFO(rec.to_json());
+    CHECK(rec.kind == "resolve");
+    CHECK(rec.status == 404);
+    CHECK(rec.error_code == "RepoNotFound");
+    CHECK_FALSE(rec.authorization);
+  }
+}
+
+TEST_CASE("cli remote: a gated repo without a token exits 3 and says to set HF_TOKEN; with HF_TOKEN it exits 0",
+          "[cli][remote][token]") {
+  Remote r;
+  r.server->set_token("s3cret");
+  r.server->set_gated_repos({"org/tiny"});
+  const std::vector<std::string> args = {"inspect", "hf://org/tiny", "--endpoint", r.endpoint(), "--retries", "0"};
+  {
+    auto res = run(args);
+    const auto log = r.server->take_log();
+    INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
+    CHECK(res.exit_code == 3);
+    CHECK(res.out.empty());
+    CHECK_THAT(res.err, Catch::Contains("org/tiny is gated"));
+    CHECK_THAT(res.err, Catch::Contains("set HF_TOKEN"));
+    CHECK_THAT(res.err, Catch::Contains(r.endpoint() + "/org/tiny/resolve/main/"));
+    REQUIRE_FALSE(log.empty());
+    for (const auto& rec : log) {
+      INFO(rec.to_json());
+      CHECK_FALSE(rec.authorization);  // no token anywhere: none sent
+      CHECK(rec.status == 403);
+      CHECK(rec.error_code == "GatedRepo");
+    }
+  }
+  {
+    r.env.set("HF_TOKEN", "s3cret");  // the same command, now with the token
+    auto res = run(args);
+    const auto log = r.server->take_log();
+    INFO(describe(args) << " with HF_TOKEN\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
+    CHECK(res.exit_code == 0);
+    CHECK_THAT(res.out, Catch::Contains("model.embed.weight"));
+    REQUIRE(std::count_if(log.begin(), log.end(), [](const auto& x) { return x.kind == "cdn"; }) == 1);
+    for (const auto& rec : log) {
+      INFO(rec.to_json());
+      CHECK(rec.authorization == (rec.kind == "resolve"));  // to the Hub host, never to the CDN
+    }
+  }
+}
+
+TEST_CASE("cli remote: 429 on every attempt exits 3 after 1 + --retries attempts, waiting as Retry-After says",
+          "[cli][remote][retry]") {
+  Remote r;
+  const std::vector<std::string> args = {"inspect", "hf://org/tiny/model.safetensors", "--endpoint", r.endpoint(),
+                                         "--retries", "1"};
+  SECTION("Retry-After: 1") {
+    r.server->fail_next(-1, 429, 1, false, "model.safetensors");
+    auto res = run(args);
+    const auto log = r.server->log();
+    INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
+    CHECK(res.exit_code == 3);
+    CHECK(res.out.empty());
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 2 attempts"));
+    CHECK_THAT(res.err, Catch::Contains("rate limited"));
+    CHECK_THAT(res.err, Catch::Contains(r.endpoint() + "/org/tiny/resolve/main/model.safetensors"));
+    REQUIRE(log.size() == 2);  // the first attempt and one retry, nothing more
+    for (const auto& rec : log) {
+      CHECK(rec.status == 429);
+      CHECK(rec.fault == "fail");
+      CHECK(rec.retry_after == "1");
+      CHECK(rec.target == "/org/tiny/resolve/main/model.safetensors");
+    }
+    CHECK(log[1].start_ms - log[0].end_ms >= 900);  // Retry-After: 1 honoured
+  }
+  SECTION("RateLimit: ...;t=0") {
+    r.server->fail_next(-1, 429, 0, true, "model.safetensors");
+    auto res = run(args);
+    const auto log = r.server->log();
+    INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
+    CHECK(res.exit_code == 3);
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 2 attempts"));
+    CHECK(log.size() == 2);
+    for (const auto& rec : log) CHECK(rec.status == 429);
+  }
+  SECTION("--retries 0: a single attempt") {
+    r.server->fail_next(-1, 429, 0, false, "model.safetensors");
+    const std::vector<std::string> once = {"inspect", "hf://org/tiny/model.safetensors", "--endpoint", r.endpoint(),
+                                           "--retries", "0"};
+    auto res = run(once);
+    INFO(describe(once) << "\nstderr: " << res.err);
+    CHECK(res.exit_code == 3);
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 1 attempt ("));
+    CHECK(r.server->log().size() == 1);
+  }
+}
+
+TEST_CASE("cli remote: an unreachable host (a closed port) exits 3 and names the URL", "[cli][remote][errors]") {
+  TempDir hf_home, cache;
+  EnvGuard env;
+  env.set("HF_ENDPOINT", std::nullopt);
+  env.set("HF_TOKEN", std::nullopt);
+  env.set("HF_HOME", hf_home.path().string());
+  env.set("HF_HUB_OFFLINE", std::nullopt);
+  env.set("HF_HUB_CACHE", std::nullopt);
+  env.set("TENSORFETCH_CACHE", cache.path().string());
+  ClosedPort closed;
+  const std::string host = "127.0.0.1:" + std::to_string(closed.port);
+  SECTION("an http URL, no retry") {
+    const std::vector<std::string> args = {"inspect", "http://" + host + "/model.safetensors", "--retries", "0"};
+    auto res = run(args);
+    INFO(describe(args) << "\nstderr: " << res.err);
+    CHECK(res.exit_code == 3);
+    CHECK(res.out.empty());
+    CHECK_THAT(res.err, Catch::Contains("http://" + host + "/model.safetensors (bytes=0-262143)"));
+    CHECK_THAT(res.err, Catch::Contains("onnect"));  // curl: "Couldn't connect to server" / "Failed to connect"
+  }
+  SECTION("a Hub endpoint, one retry") {
+    const std::vector<std::string> args = {"inspect", "hf://org/tiny", "--endpoint", "http://" + host, "--retries", "1"};
+    auto res = run(args);
+    INFO(describe(args) << "\nstderr: " << res.err);
+    CHECK(res.exit_code == 3);
+    CHECK_THAT(res.err, Catch::Contains("http://" + host + "/org/tiny/resolve/main/"));
+    CHECK_THAT(res.err, Catch::Contains("after 2 attempts"));  // a refused connection is retried
+  }
+}
+
+TEST_CASE("cli remote: a TLS certificate the client does not trust exits 3 with a TLS failure; --cacert fixes it",
+          "[cli][remote][tls]") {
+  TempDir certs;
+  const auto server_tls = tensorfetch::testing::generate_self_signed_cert(certs / "server");
+  const auto other_tls = tensorfetch::testing::generate_self_signed_cert(certs / "other");
+  tensorfetch::testing::Options o;
+  o.tls_cert = server_tls.cert;
+  o.tls_key = server_tls.key;
+  Remote r(o);
+  REQUIRE(r.endpoint().starts_with("https://localhost:"));
+  const std::vector<std::string> base = {"inspect", "hf://org/tiny", "--endpoint", r.endpoint(), "--retries", "0"};
+  for (const auto& [label, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"the system CAs", {}},
+           {"--cacert of another self-signed certificate", {"--cacert", other_tls.cert.string()}}}) {
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto res = run(args);
+    INFO(label << ": " << describe(args) << "\nstderr: " << res.err);
+    CHECK(res.exit_code == 3);
+    CHECK(res.out.empty());
+    CHECK_THAT(res.err, Catch::Contains("TLS failure"));
+    CHECK_THAT(res.err, Catch::Contains(r.endpoint() + "/org/tiny/resolve/main/"));
+    // The handshake failed: no HTTP request reached the server.
+    CHECK(r.server->log().empty());
+  }
+  auto args = base;
+  args.insert(args.end(), {"--cacert", server_tls.cert.string()});
+  auto ok = run(args);
+  INFO(describe(args) << "\nstderr: " << ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Catch::Contains("model.embed.weight"));
+}
+
+TEST_CASE("cli remote: inspect --json over HTTP exits 0 and prints the documented object", "[cli][remote][json]") {
+  Remote r;
+  const std::vector<std::string> args = {"inspect", "hf://org/tiny", "--json", "--endpoint", r.endpoint()};
+  auto res = run(args);
+  const auto log = r.server->log();
+  INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
+  REQUIRE(res.exit_code == 0);
+  CHECK(res.err.empty());
+  json doc;
+  REQUIRE_NOTHROW(doc = json::parse(res.out));
+  CHECK(doc.at("location") == "hf://org/tiny");
+  CHECK(doc.at("sharded") == false);
+  REQUIRE(doc.at("files").size() == 1);
+  const auto& file = doc.at("files")[0];
+  CHECK(file.at("path") == "model.safetensors");
+  CHECK(file.at("size") == r.file_bytes.size());
+  CHECK(file.at("header_size") == kHeader.size());
+  CHECK(file.at("etag") == "\"" + sha256_hex(r.file_bytes) + "\"");  // X-Linked-Etag: the sha256
+  CHECK(doc.at("metadata") == json{{"format", "pt"}});
+  const json expected_tensors = json::parse(R"([
+    {"name":"lm_head.weight","dtype":"F32","shape":[2,8],"file":"model.safetensors","data_offsets":[144,208]},
+    {"name":"model.embed.weight","dtype":"F32","shape":[4,8],"file":"model.safetensors","data_offsets":[0,128]},
+    {"name":"model.norm.weight","dtype":"BF16","shape":[8],"file":"model.safetensors","data_offsets":[128,144]}
+  ])");
+  CHECK(doc.at("tensors") == expected_tensors);
+  CHECK(doc.at("parameters") == json{{"BF16", 8}, {"F32", 48}});
+  CHECK(doc.at("total_parameters") == 56);
+  CHECK(doc.at("total_bytes") == 208);
+  CHECK(doc.at("commit") == r.server->commit("org/tiny"));
+  // The requests the binary reports are the ones the server saw: round 1 asks model.safetensors
+  // (302 to the CDN, then its first bytes), the index (404) and config.json at once.
+  CHECK(doc.at("requests") == log.size());
+  CHECK(log.size() == 4);
+  for (const auto& rec : log) {
+    INFO(rec.to_json());
+    CHECK(rec.method == "GET");
+    CHECK_FALSE(rec.authorization);
+    if (rec.kind == "cdn") CHECK(rec.range == "bytes=0-262143");
+  }
+}

@@ -1,0 +1,1773 @@
+// SPDX-License-Identifier: Apache-2.0
+// Partial load (fetch) against the in-process Hub-like server: what arrives in the cache and
+// what the library serves, and, through the server's request log, which requests carried it
+// (counts, Range headers, If-Match, hosts, Authorization). Faults of the server (drops, stalls,
+// 429/503 storms, ignored Range, wrong Content-Range, a file that changes, expiring CDN URLs),
+// cancellation, crash safety and sharing of the cache by two processes (the CLI binary), and a
+// full disk (a small tmpfs; skipped when it cannot be mounted).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hub_server.hpp"
+#include "tensorfetch/tensorfetch.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace tensorfetch;
+using tensorfetch::testing::HubServer;
+using tensorfetch::testing::RequestRecord;
+
+namespace {
+
+// ------------------------------------------------------------------ test data
+
+constexpr const char* kRepo = "org/big";
+constexpr const char* kFile = "model.safetensors";
+constexpr const char* kToken = "tf-fetch-test-token";
+constexpr std::uint64_t kWindow = 256 << 10;  // OpenOptions::header_window (default)
+constexpr std::uint64_t kChunk = 64 << 10;
+constexpr int kLayers = 24;
+constexpr std::uint64_t kRows = 64, kCols = 512;  // layers.N.weight: F32 [64, 512] = 128 KiB
+
+std::string pattern_bytes(std::size_t n, std::uint32_t seed) {
+  std::string s(n, '\0');
+  std::uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& c : s) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    c = static_cast<char>(x >> 11);
+  }
+  return s;
+}
+
+std::string le64(std::uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// org/big/model.safetensors: for every layer N (0..23), layers.N.bias F32 [512] then
+// layers.N.weight F32 [64, 512], contiguous: 24 x 130 KiB, about 3.05 MiB; random-looking bytes.
+const std::string& big_model() {
+  static const std::string file = [] {
+    nlohmann::ordered_json header;
+    header["__metadata__"] = {{"format", "pt"}, {"source", "tensorfetch test_fetch"}};
+    std::uint64_t pos = 0;
+    for (int i = 0; i < kLayers; ++i) {
+      const std::string p = "layers." + std::to_string(i) + ".";
+      header[p + "bias"] = {{"dtype", "F32"}, {"shape", {kCols}}, {"data_offsets", {pos, pos + kCols * 4}}};
+      pos += kCols * 4;
+      header[p + "weight"] = {
+          {"dtype", "F32"}, {"shape", {kRows, kCols}}, {"data_offsets", {pos, pos + kRows * kCols * 4}}};
+      pos += kRows * kCols * 4;
+    }
+    std::string text = header.dump();
+    while (text.size() % 8 != 0) text.push_back(' ');
+    return le64(text.size()) + text + pattern_bytes(pos, 7);
+  }();
+  return file;
+}
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < len; ++i) {
+    s.push_back(d[out[i] >> 4]);
+    s.push_back(d[out[i] & 15]);
+  }
+  return s;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& p, std::string_view data) {
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+fs::path reference() {
+  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
+  return dir ? fs::path(dir) : fs::path();
+}
+
+// A directory removed at destruction.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/tf-fetch-XXXXXX";
+    const char* p = ::mkdtemp(tmpl);
+    REQUIRE(p != nullptr);
+    path = p;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    // Cache blobs of complete files are read-only: make them writable first.
+    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      fs::permissions(it->path(), fs::perms::owner_write, fs::perm_options::add, ec);
+    }
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// ------------------------------------------------------------------ ranges
+
+using Ranges = std::vector<ByteRange>;
+
+Ranges normalized(Ranges r) {
+  std::erase_if(r, [](const ByteRange& x) { return x.length == 0; });
+  std::sort(r.begin(), r.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  Ranges out;
+  for (const auto& x : r) {
+    if (!out.empty() && x.offset <= out.back().end()) {
+      out.back().length = std::max(out.back().end(), x.end()) - out.back().offset;
+    } else {
+      out.push_back(x);
+    }
+  }
+  return out;
+}
+
+Ranges minus(const Ranges& wanted, const Ranges& have) {
+  Ranges out;
+  for (const auto& w : normalized(wanted)) {
+    std::uint64_t pos = w.offset;
+    for (const auto& h : normalized(have)) {
+      if (h.end() <= pos || h.offset >= w.end()) continue;
+      if (h.offset > pos) out.push_back({pos, h.offset - pos});
+      pos = std::max(pos, h.end());
+    }
+    if (pos < w.end()) out.push_back({pos, w.end() - pos});
+  }
+  return out;
+}
+
+std::uint64_t total(const Ranges& r) {
+  std::uint64_t n = 0;
+  for (const auto& x : r) n += x.length;
+  return n;
+}
+
+bool intersects(const ByteRange& a, const ByteRange& b) { return a.offset < b.end() && b.offset < a.end(); }
+
+bool covered(const Ranges& set, const ByteRange& r) { return minus({r}, set).empty(); }
+
+// The documented plan (planner.h): wanted minus cached, holes of at most `gap` joined, pieces
+// of at most `chunk` bytes, as equal as possible.
+Ranges plan(const Ranges& wanted, const Ranges& cached, std::uint64_t gap, std::uint64_t chunk) {
+  Ranges joined;
+  for (const auto& r : minus(wanted, cached)) {
+    if (!joined.empty() && r.offset - joined.back().end() <= gap) {
+      joined.back().length = r.end() - joined.back().offset;
+    } else {
+      joined.push_back(r);
+    }
+  }
+  Ranges out;
+  for (const auto& r : joined) {
+    const std::uint64_t pieces = (r.length + chunk - 1) / chunk;
+    const std::uint64_t base = r.length / pieces, extra = r.length % pieces;
+    std::uint64_t pos = r.offset;
+    for (std::uint64_t i = 0; i < pieces; ++i) {
+      const std::uint64_t len = base + (i < extra ? 1 : 0);
+      out.push_back({pos, len});
+      pos += len;
+    }
+  }
+  return out;
+}
+
+std::string range_header(const ByteRange& r) {
+  return "bytes=" + std::to_string(r.offset) + "-" + std::to_string(r.end() - 1);
+}
+
+// "bytes=a-b" → {a, b - a + 1}.
+std::optional<ByteRange> parse_range(const std::string& h) {
+  if (!h.starts_with("bytes=")) return std::nullopt;
+  auto dash = h.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  const std::uint64_t a = std::stoull(h.substr(6, dash - 6));
+  const std::uint64_t b = std::stoull(h.substr(dash + 1));
+  return ByteRange{a, b - a + 1};
+}
+
+std::string describe(const Ranges& rs) {
+  std::string s;
+  for (const auto& r : rs) s += "[" + std::to_string(r.offset) + "," + std::to_string(r.end()) + ") ";
+  return s;
+}
+
+// ------------------------------------------------------------------ cache inspection
+
+struct Meta {
+  bool exists = false;
+  bool complete = false;
+  Ranges extents;
+};
+
+Meta read_meta(const fs::path& cache, const std::string& id) {
+  Meta m;
+  const std::string text = read_file(cache / "blobs" / id / "meta.json");
+  if (text.empty()) return m;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return m;
+  m.exists = true;
+  m.complete = j.value("complete", false);
+  for (const auto& e : j.at("extents")) m.extents.push_back({e.at(0).get<std::uint64_t>(), e.at(1).get<std::uint64_t>()});
+  return m;
+}
+
+// Every committed extent of the blob holds exactly the source's bytes.
+void check_extents_hold_source(const fs::path& cache, const std::string& id, const std::string& source) {
+  const Meta m = read_meta(cache, id);
+  REQUIRE(m.exists);
+  const std::string data = read_file(cache / "blobs" / id / "data");
+  REQUIRE(data.size() == source.size());
+  for (const auto& e : m.extents) {
+    INFO("extent [" << e.offset << ", " << e.end() << ")");
+    REQUIRE(e.end() <= source.size());
+    CHECK(data.compare(e.offset, e.length, source, e.offset, e.length) == 0);
+  }
+}
+
+// ------------------------------------------------------------------ request log
+
+std::vector<RequestRecord> of_kind(const std::vector<RequestRecord>& log, const std::string& kind) {
+  std::vector<RequestRecord> out;
+  for (const auto& r : log) {
+    if (r.kind == kind) out.push_back(r);
+  }
+  return out;
+}
+
+// CDN requests of tensor data: every CDN request except the header window of an open
+// (`bytes=0-(W-1)`) and the one-byte probe of a re-resolve (`bytes=0-0`).
+std::vector<RequestRecord> data_requests(const std::vector<RequestRecord>& log) {
+  std::vector<RequestRecord> out;
+  for (const auto& r : log) {
+    if (r.kind != "cdn") continue;
+    if (r.range == range_header({0, kWindow}) || r.range == "bytes=0-0") continue;
+    out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.seq < b.seq; });
+  return out;
+}
+
+// Waits until the server's log stops growing (150 ms without a new record, at most 3 s): the
+// record of a response the client hung up on is completed when the server notices.
+void settle(const HubServer& server) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto n = server.request_count();
+  auto since = start;
+  while (Clock::now() - since < std::chrono::milliseconds(150) && Clock::now() - start < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (auto m = server.request_count(); m != n) {
+      n = m;
+      since = Clock::now();
+    }
+  }
+}
+
+// Rules every request must follow: GETs only; the token to the Hub host only, never to the CDN
+// host; range requests of tensor data carry If-Match with the pinned CDN ETag.
+void check_request_rules(const std::vector<RequestRecord>& log, const std::string& cdn_etag) {
+  for (const auto& r : log) {
+    INFO(r.to_json());
+    CHECK(r.method == "GET");
+    CHECK((r.kind == "resolve" || r.kind == "cdn"));
+    if (r.kind == "cdn") {
+      CHECK_FALSE(r.authorization);
+      CHECK(r.host.starts_with("127.0.0.1:"));
+    }
+    if (r.kind == "resolve") {
+      CHECK(r.authorization);
+      CHECK(r.host.starts_with("localhost:"));
+    }
+  }
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    CHECK_FALSE(r.range.empty());
+    CHECK(r.if_match == cdn_etag);
+  }
+}
+
+// ------------------------------------------------------------------ processes
+
+std::string tensorfetch_bin() {
+  const char* bin = std::getenv("TENSORFETCH_BIN");
+  if (bin == nullptr || *bin == '\0') FAIL("TENSORFETCH_BIN is not set (run the tests through meson test)");
+  return bin;
+}
+
+// The environment of a child CLI: ours, without Hub settings, with a cache and HF home of the
+// test's own.
+std::vector<std::string> child_env(const fs::path& cache, const fs::path& hf_home) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string_view v(*e);
+    if (v.starts_with("HF_") || v.starts_with("TENSORFETCH_CACHE=") || v.starts_with("XDG_CACHE_HOME=") ||
+        v.starts_with("HUGGINGFACE_")) {
+      continue;
+    }
+    env.emplace_back(v);
+  }
+  env.push_back("TENSORFETCH_CACHE=" + cache.string());
+  env.push_back("HF_HOME=" + hf_home.string());
+  env.push_back("HF_HUB_CACHE=" + (hf_home / "hub").string());
+  env.push_back(std::string("HF_TOKEN=") + kToken);
+  return env;
+}
+
+struct Child {
+  pid_t pid = -1;
+  fs::path err_file;
+};
+
+Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& err_file) {
+  const std::string bin = tensorfetch_bin();
+  std::vector<std::string> storage{bin};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage = env;
+  std::vector<char*> envp;
+  for (auto& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  const std::string err = err_file.string();
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  Child c;
+  c.err_file = err_file;
+  const int rc = ::posix_spawn(&c.pid, bin.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) FAIL("posix_spawn " << bin << ": " << std::strerror(rc));
+  return c;
+}
+
+// Exit status, or 128 + signal.
+int wait_child(Child& c) {
+  int status = 0;
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  c.pid = -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// Kills (SIGKILL) a child still running when the test leaves early.
+struct ChildGuard {
+  Child& child;
+  ~ChildGuard() {
+    if (child.pid > 0) {
+      ::kill(child.pid, SIGKILL);
+      int status = 0;
+      ::waitpid(child.pid, &status, 0);
+    }
+  }
+};
+
+// ------------------------------------------------------------------ fixture
+
+// A Hub root with org/big (model.safetensors made above, config.json) and
+// org/llama-tiny-sharded (the reference checkpoint: 3 shards, index, config.json), a server on
+// it, and per test a fresh cache directory and a Hugging Face home without a hub cache.
+struct Fixture {
+  TempDir tmp;
+  fs::path root = tmp.path / "root";
+  fs::path cache = tmp.path / "cache";
+  fs::path hf_home = tmp.path / "hf-home";
+  std::unique_ptr<HubServer> server;
+  std::string etag;  // the CDN ETag of org/big/model.safetensors: "\"<sha256>\""
+  std::string blob_id;
+
+  explicit Fixture(int latency_ms = 0, std::int64_t cdn_url_ttl_ms = 0) {
+    write_file(root / kRepo / kFile, big_model());
+    write_file(root / kRepo / "config.json", "{\"model_type\": \"test\", \"layers\": 24}\n");
+    if (!reference().empty()) {
+      fs::create_directories(root / "org" / "llama-tiny-sharded");
+      for (const auto& e : fs::directory_iterator(reference() / "llama-tiny-sharded")) {
+        fs::copy_file(e.path(), root / "org" / "llama-tiny-sharded" / e.path().filename());
+      }
+    }
+    fs::create_directories(hf_home / "hub");
+    testing::Options o;
+    o.root = root;
+    o.latency_ms = latency_ms;
+    o.cdn_url_ttl_ms = cdn_url_ttl_ms;
+    o.token = kToken;
+    server = std::make_unique<HubServer>(o);
+    server->start();
+    blob_id = server->file_sha256(kRepo, kFile);
+    etag = "\"" + blob_id + "\"";
+  }
+  ~Fixture() { server->stop(); }
+
+  OpenOptions open_options() const {
+    OpenOptions o;
+    o.endpoint = server->endpoint();
+    o.token = std::string(kToken);
+    o.cache_dir = cache.string();
+    o.hf_hub_cache = (hf_home / "hub").string();
+    o.retry_backoff_ms = 10;
+    o.stall_timeout_ms = 1000;
+    o.offline = false;
+    return o;
+  }
+
+  Checkpoint open(const std::string& location = std::string("hf://") + kRepo) {
+    return open(location, open_options());
+  }
+  Checkpoint open(const std::string& location, const OpenOptions& o) {
+    auto c = Checkpoint::open(location, o);
+    INFO(location << ": " << (c ? std::string() : c.error().message));
+    REQUIRE(c);
+    return std::move(*c);
+  }
+};
+
+FetchOptions small_chunks(std::size_t connections = 4) {
+  FetchOptions o;
+  o.chunk_size = kChunk;
+  o.coalesce_gap = 0;
+  o.connections = connections;
+  return o;
+}
+
+std::vector<Selection> pick(const Checkpoint& c, const std::vector<std::string>& texts) {
+  std::vector<Selector> sels;
+  for (const auto& t : texts) {
+    auto named = parse_named_slice(t);
+    REQUIRE(named);
+    sels.push_back(Selector{named->name, named->slice});
+  }
+  auto s = c.select(sels);
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s);
+  return std::move(*s);
+}
+
+// The file byte ranges a selection wants (file 0 only: single-file checkpoints).
+Ranges wanted_ranges(const Checkpoint& c, const std::vector<Selection>& sel) {
+  Ranges out;
+  for (const auto& s : sel) {
+    const ByteRange base = c.header(s.ref.file).file_range(*s.ref.info);
+    for (const auto& r : s.plan.ranges) out.push_back({base.offset + r.offset, r.length});
+  }
+  return out;
+}
+
+
+// A view's bytes equal the source file's bytes of that tensor.
+void check_view(const Checkpoint& c, const std::string& name, const std::string& source) {
+  const TensorRef* ref = c.find(name);
+  REQUIRE(ref != nullptr);
+  auto v = c.view(*ref);
+  INFO(name << ": " << (v ? std::string() : v.error().message));
+  REQUIRE(v);
+  const ByteRange r = c.header(ref->file).file_range(*ref->info);
+  REQUIRE(v->bytes.size() == r.length);
+  CHECK(std::memcmp(v->bytes.data(), source.data() + r.offset, r.length) == 0);
+  CHECK(v->name == name);
+}
+
+// Runs `tensorfetch get` on a local file (no network, no cache): the expected output of a write.
+std::string local_get(const Fixture& f, const std::vector<std::string>& selection) {
+  std::vector<std::string> args{"get", (f.root / kRepo / kFile).string()};
+  args.insert(args.end(), selection.begin(), selection.end());
+  const fs::path out = f.tmp.path / ("local-get-" + std::to_string(::getpid()) + ".safetensors");
+  args.insert(args.end(), {"-o", out.string(), "-q"});
+  Child c = spawn(args, child_env(f.tmp.path / "unused-cache", f.hf_home), f.tmp.path / "local-get.err");
+  const int rc = wait_child(c);
+  INFO(read_file(c.err_file));
+  REQUIRE(rc == 0);
+  std::string bytes = read_file(out);
+  fs::remove(out);
+  return bytes;
+}
+
+// Sets an environment variable for a scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old) {
+      ::setenv(name.c_str(), old->c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
+  }
+};
+
+// The file byte range of a tensor of org/big (read from the source file, locally).
+ByteRange c_range(const Fixture& f, const std::string& name) {
+  auto local = Checkpoint::open((f.root / kRepo / kFile).string());
+  REQUIRE(local);
+  const TensorRef* t = local->find(name);
+  REQUIRE(t != nullptr);
+  return local->header(t->file).file_range(*t->info);
+}
+
+const std::vector<std::string> kSelection = {
+    "layers.0.bias",                                  // inside the header window: no request
+    "layers.5.bias", "layers.5.weight",               // adjacent: one run
+    "layers.9.weight", "layers.10.bias",              // adjacent across layers
+    "layers.15.weight", "layers.16.weight",           // a 2 KiB hole between them
+    "layers.20.weight[0:8]",                          // a slice: the first 16 KiB
+};
+
+}  // namespace
+
+// ======================================================================== selection
+
+TEST_CASE("fetch: only the selected tensors' bytes travel, as 206s of exactly the planned chunks; views and write() are byte-exact",
+          "[fetch]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  const auto open_log = f.server->take_log();
+  CHECK(open_log.size() == 4);  // model.safetensors (302 + CDN window), the index (404), config.json
+  CHECK(of_kind(open_log, "cdn").size() == 1);
+
+  const auto sel = pick(c, kSelection);
+  REQUIRE(sel.size() == 8);
+  FetchOptions fo = small_chunks();
+  fo.coalesce_gap = 4096;  // joins 15.weight and 16.weight across 16.bias (2 KiB)
+  auto stats = c.fetch(sel, fo);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto log = f.server->log();
+  const std::string& source = big_model();
+
+  const Ranges wanted = wanted_ranges(c, sel);
+  const Ranges header_window{{0, kWindow}};
+  const Ranges planned = plan(wanted, header_window, fo.coalesce_gap, kChunk);
+  INFO("planned: " << describe(planned));
+  CHECK(planned.size() >= 8);
+  CHECK(stats->chunks == planned.size());
+  CHECK(stats->retries == 0);
+  CHECK(stats->bytes_transferred == total(planned));
+  CHECK(stats->requests == planned.size());
+  CHECK(stats->bytes_cached == total(wanted) - total(minus(wanted, header_window)));
+
+  // The log: only CDN range requests, each a 206 of exactly one planned chunk, each chunk once.
+  CHECK(log.size() == planned.size());
+  CHECK(of_kind(log, "resolve").empty());
+  const auto data = data_requests(log);
+  CHECK(data.size() == planned.size());
+  std::multiset<std::string> asked, expected;
+  std::uint64_t body = 0;
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    asked.insert(r.range);
+    body += r.body_bytes;
+    CHECK(r.status == 206);
+    CHECK(r.fault.empty());
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    CHECK(r.body_bytes == rr->length);
+    CHECK(r.content_range ==
+          "bytes " + std::to_string(rr->offset) + "-" + std::to_string(rr->end() - 1) + "/" + std::to_string(source.size()));
+  }
+  for (const auto& p : planned) expected.insert(range_header(p));
+  CHECK(asked == expected);
+  check_request_rules(log, f.etag);
+  // Bytes that travelled, open included: the coalesced selection plus the header window.
+  std::uint64_t all_body = body;
+  for (const auto& r : open_log) all_body += r.kind == "cdn" ? r.body_bytes : 0;
+  CHECK(body == total(planned));
+  const Ranges coalesced = plan(wanted, {}, fo.coalesce_gap, std::uint64_t{1} << 40);
+  CHECK(total(coalesced) == total(normalized(wanted)) + 2048);  // 16.bias, between 15 and 16
+  CHECK(all_body <= total(coalesced) + kWindow);
+  CHECK(total(planned) < source.size() / 3);
+
+  // Views of the whole tensors are the source's bytes; the sliced one is not whole: NotFetched.
+  for (const auto& name : {"layers.0.bias", "layers.5.bias", "layers.5.weight", "layers.9.weight",
+                           "layers.10.bias", "layers.15.weight", "layers.16.weight"}) {
+    check_view(c, name, source);
+  }
+  // 16.bias lies in the coalesced hole: it travelled, and is committed with its neighbours.
+  check_view(c, "layers.16.bias", source);
+  auto sliced = c.view(*c.find("layers.20.weight"));
+  REQUIRE_FALSE(sliced);
+  CHECK(sliced.error().code == ErrorCode::NotFetched);
+  auto other = c.view(*c.find("layers.11.weight"));
+  REQUIRE_FALSE(other);
+  CHECK(other.error().code == ErrorCode::NotFetched);
+  CHECK_THAT(other.error().message, Catch::Contains("layers.11.weight"));
+
+  // The cache holds exactly the header window plus the planned chunks, all of them the source's.
+  const Meta m = read_meta(f.cache, f.blob_id);
+  CHECK(normalized(m.extents) == normalized([&] {
+          Ranges r = planned;
+          r.push_back({0, kWindow});
+          return r;
+        }()));
+  CHECK_FALSE(m.complete);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+
+  // write() gives the same file as a local `get` of the same selection.
+  const fs::path out = f.tmp.path / "remote.safetensors";
+  auto w = c.write(sel, out.string());
+  INFO((w ? std::string() : w.error().message));
+  REQUIRE(w);
+  CHECK(f.server->log().size() == log.size());  // writing sends nothing
+  const std::string written = read_file(out);
+  const std::string expected_file = local_get(f, kSelection);
+  CHECK(written.size() == expected_file.size());
+  CHECK(sha256_hex(written) == sha256_hex(expected_file));
+}
+
+TEST_CASE("fetch: slices fetch only the slice's byte ranges (rows, a row's columns, an index)", "[fetch][slice]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  // layers.12.weight[10:12, 0:256]: two runs of 1 KiB, 1 KiB apart; [5]: one row of 2 KiB;
+  // layers.14.weight[60:64]: the last 8 KiB of the tensor.
+  const std::vector<std::string> texts = {"layers.12.weight[10:12, 0:256]", "layers.13.weight[5]",
+                                          "layers.14.weight[60:64]"};
+  const auto sel = pick(c, texts);
+  REQUIRE(sel.size() == 3);
+  CHECK(sel[0].plan.ranges.size() == 2);
+  const Ranges wanted = wanted_ranges(c, sel);
+  REQUIRE(wanted.size() == 4);
+  auto stats = c.fetch(sel, small_chunks());
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto log = f.server->log();
+  const auto data = data_requests(log);
+  std::set<std::string> asked;
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    CHECK(r.status == 206);
+    asked.insert(r.range);
+  }
+  std::set<std::string> expected;
+  for (const auto& r : wanted) expected.insert(range_header(r));
+  CHECK(log.size() == 4);
+  CHECK(asked == expected);
+  CHECK(stats->bytes_transferred == total(wanted));
+  CHECK(stats->bytes_transferred == 1024 + 1024 + 2048 + 8192);
+  check_request_rules(log, f.etag);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  // Only bytes committed are handed out: the whole tensors are not there.
+  auto v = c.view(*c.find("layers.13.weight"));
+  REQUIRE_FALSE(v);
+  CHECK(v.error().code == ErrorCode::NotFetched);
+  // The written slices equal a local `get` of the same slices.
+  const fs::path out = f.tmp.path / "slices.safetensors";
+  REQUIRE(c.write(sel, out.string()));
+  CHECK(sha256_hex(read_file(out)) == sha256_hex(local_get(f, texts)));
+}
+
+// ======================================================================== cache reuse
+
+TEST_CASE("fetch: a second fetch of the same selection by a new Checkpoint moves no tensor bytes", "[fetch][cache]") {
+  Fixture f;
+  const fs::path first_out = f.tmp.path / "first.safetensors";
+  {
+    Checkpoint c = f.open();
+    const auto sel = pick(c, kSelection);
+    auto s = c.fetch(sel, small_chunks());
+    REQUIRE(s);
+    CHECK(s->bytes_transferred > 0);
+    REQUIRE(c.write(sel, first_out.string()));
+  }
+  f.server->clear_log();
+  Checkpoint c = f.open();
+  const auto open_log = f.server->log();
+  const auto sel = pick(c, kSelection);
+  auto s = c.fetch(sel, small_chunks());
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s);
+  CHECK(s->bytes_transferred == 0);
+  CHECK(s->requests == 0);
+  CHECK(s->chunks == 0);
+  CHECK(s->bytes_cached == total(normalized(wanted_ranges(c, sel))));
+  const auto log = f.server->log();
+  CHECK(log.size() == open_log.size());  // the open's requests, nothing after
+  CHECK(data_requests(log).empty());
+  check_request_rules(log, f.etag);
+  const fs::path out = f.tmp.path / "second.safetensors";
+  REQUIRE(c.write(sel, out.string()));
+  CHECK(read_file(out) == read_file(first_out));
+  check_view(c, "layers.9.weight", big_model());
+}
+
+TEST_CASE("fetch: a new Checkpoint of a Hub repo views tensors fetched earlier (by this or another process) without a request",
+          "[fetch][cache]") {
+  // Checkpoint::view: "the tensor's bytes must have been fetched (into the cache, by this or any
+  // process)".
+  Fixture f;
+  SECTION("fetched by another Checkpoint of this process") {
+    Checkpoint c = f.open();
+    REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks()));
+    check_view(c, "layers.5.weight", big_model());
+  }
+  SECTION("fetched by another process (tensorfetch get)") {
+    Child child = spawn({"get", std::string("hf://") + kRepo, "layers.5.weight", "-o", (f.tmp.path / "got.safetensors").string(),
+                         "--endpoint", f.server->endpoint(), "-q"},
+                        child_env(f.cache, f.hf_home), f.tmp.path / "get.err");
+    const int rc = wait_child(child);
+    INFO(read_file(child.err_file));
+    REQUIRE(rc == 0);
+  }
+  REQUIRE(covered(read_meta(f.cache, f.blob_id).extents, c_range(f, "layers.5.weight")));
+  f.server->clear_log();
+  Checkpoint c = f.open();
+  check_view(c, "layers.5.weight", big_model());
+  CHECK(data_requests(f.server->log()).empty());
+}
+
+TEST_CASE("fetch: a new Checkpoint of an http(s) URL views tensors fetched earlier without fetching again",
+          "[fetch][cache]") {
+  // Fails today: for a URL location the cache blob is opened by fetch() only (a Hub location
+  // finds it through the commit's snapshot manifest), so the new object's view() says
+  // NotFetched until fetch() is called.
+  Fixture f;
+  const std::string url = f.server->endpoint() + "/" + kRepo + "/resolve/main/" + kFile;
+  {
+    Checkpoint c = f.open(url);
+    REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks()));
+    check_view(c, "layers.5.weight", big_model());
+  }
+  f.server->clear_log();
+  Checkpoint c = f.open(url);
+  auto v = c.view(*c.find("layers.5.weight"));
+  INFO((v ? std::string() : v.error().message));
+  CHECK(v);
+  CHECK(data_requests(f.server->log()).empty());
+}
+
+TEST_CASE("fetch: a commit-pinned revision opened offline (option, or HF_HUB_OFFLINE=1) makes no request at all", "[fetch][offline]") {
+  Fixture f;
+  const std::string commit = f.server->commit(kRepo);
+  REQUIRE(commit.size() == 40);
+  const std::string location = std::string("hf://") + kRepo + "@" + commit;
+  const fs::path online_out = f.tmp.path / "online.safetensors";
+  {
+    Checkpoint c = f.open(location);
+    REQUIRE(c.commit());
+    CHECK(*c.commit() == commit);
+    const auto sel = pick(c, kSelection);
+    REQUIRE(c.fetch(sel, small_chunks()));
+    REQUIRE(c.write(sel, online_out.string()));
+  }
+  for (const auto& r : f.server->log()) {
+    if (r.kind == "resolve") CHECK(r.revision == commit);
+  }
+  const std::string expected = read_file(online_out);
+  REQUIRE_FALSE(expected.empty());
+
+  SECTION("OpenOptions::offline = true") {
+    f.server->clear_log();
+    OpenOptions o = f.open_options();
+    o.offline = true;
+    Checkpoint c = f.open(location, o);
+    CHECK(c.requests() == 0);
+    const auto sel = pick(c, kSelection);
+    auto s = c.fetch(sel, small_chunks());
+    INFO((s ? std::string() : s.error().message));
+    REQUIRE(s);
+    CHECK(s->requests == 0);
+    const fs::path out = f.tmp.path / "offline.safetensors";
+    REQUIRE(c.write(sel, out.string()));
+    CHECK(read_file(out) == expected);
+    check_view(c, "layers.5.weight", big_model());
+    CHECK(f.server->log().empty());
+  }
+  SECTION("HF_HUB_OFFLINE=1 (offline left unset)") {
+    f.server->clear_log();
+    ScopedEnv env("HF_HUB_OFFLINE", "1");
+    OpenOptions o = f.open_options();
+    o.offline.reset();
+    Checkpoint c = f.open(location, o);
+    CHECK(c.requests() == 0);
+    const auto sel = pick(c, kSelection);
+    auto s = c.fetch(sel, small_chunks());
+    INFO((s ? std::string() : s.error().message));
+    REQUIRE(s);
+    const fs::path out = f.tmp.path / "offline-env.safetensors";
+    REQUIRE(c.write(sel, out.string()));
+    CHECK(read_file(out) == expected);
+    CHECK(f.server->log().empty());
+  }
+}
+
+TEST_CASE("fetch: offline, a tensor that was never fetched fails NotFetched without any request", "[fetch][offline]") {
+  // OpenOptions::offline: "No network at all". Fails today: fetch() of an offline-opened
+  // checkpoint sends range requests to the CDN URL recorded in the snapshot manifest (and
+  // succeeds while the server is reachable).
+  Fixture f;
+  const std::string location = std::string("hf://") + kRepo + "@" + f.server->commit(kRepo);
+  {
+    Checkpoint c = f.open(location);
+    REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks()));
+  }
+  f.server->clear_log();
+  OpenOptions o = f.open_options();
+  o.offline = true;
+  Checkpoint c = f.open(location, o);
+  auto s = c.fetch(pick(c, {"layers.6.weight"}), small_chunks());
+  CHECK(f.server->log().empty());  // "offline: no network at all"
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code == ErrorCode::NotFetched);
+}
+
+// ======================================================================== download
+
+TEST_CASE("fetch: fetch_all + save_files of a sharded repo: files byte-identical, sha256 verified, complete, index and config saved",
+          "[fetch][download]") {
+  if (reference().empty()) {
+    WARN("reference checkpoints not found: skipped");
+    return;
+  }
+  Fixture f;
+  const std::string repo = "org/llama-tiny-sharded";
+  // A small header window (8 KiB), so that most of each shard travels in 64 KiB chunks.
+  constexpr std::uint64_t window = 8192;
+  OpenOptions o = f.open_options();
+  o.header_window = window;
+  Checkpoint c = f.open("hf://" + repo, o);
+  REQUIRE(c.sharded());
+  REQUIRE(c.files().size() == 3);
+  f.server->clear_log();
+  auto stats = c.fetch_all(small_chunks());
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto log = f.server->log();
+  // Every shard's bytes beyond its header window, once, in planned chunks.
+  std::multiset<std::string> asked, expected;
+  std::uint64_t expected_bytes = 0;
+  for (std::size_t i = 0; i < c.files().size(); ++i) {
+    const auto& file = c.files()[i];
+    // What the open read: the window, or the whole header when it is larger.
+    const std::uint64_t prefix = std::min(file.size, std::max(window, c.header(i).data_offset()));
+    const Ranges planned = plan({{0, file.size}}, {{0, prefix}}, 0, kChunk);
+    expected_bytes += total(planned);
+    for (const auto& p : planned) expected.insert(file.path + " " + range_header(p));
+  }
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    CHECK(r.status == 206);
+    CHECK(r.repo == repo);
+    CHECK(r.if_match == "\"" + f.server->file_sha256(repo, r.file) + "\"");
+    CHECK_FALSE(r.authorization);
+    asked.insert(r.file + " " + r.range);
+  }
+  CHECK(asked == expected);
+  CHECK(expected.size() >= 12);
+  CHECK(log.size() == expected.size());
+  CHECK(stats->bytes_transferred == expected_bytes);
+
+  const fs::path out = f.tmp.path / "download";
+  auto saved = c.save_files(out.string());
+  INFO((saved ? std::string() : saved.error().message));
+  REQUIRE(saved);
+  for (const auto& e : fs::directory_iterator(reference() / "llama-tiny-sharded")) {
+    const std::string name = e.path().filename().string();
+    if (name == "generation_config.json") {
+      CHECK_FALSE(fs::exists(out / name));  // not part of a download: safetensors, index, config
+      continue;
+    }
+    INFO(name);
+    REQUIRE(fs::exists(out / name));
+    CHECK(sha256_hex(read_file(out / name)) == sha256_hex(read_file(e.path())));
+  }
+  auto list = cache_list(f.cache.string());
+  REQUIRE(list);
+  CHECK(list->size() == 3);
+  for (const auto& e : *list) {
+    INFO(e.id << " " << e.url);
+    CHECK(e.complete);
+    CHECK(e.present == e.size);
+    REQUIRE(e.sha256);
+    CHECK(*e.sha256 == e.id);
+    CHECK(cache_verify(e.id, f.cache.string()));
+  }
+  CHECK(f.server->log().size() == log.size());  // saving sends nothing
+}
+
+// ======================================================================== faults
+
+TEST_CASE("fetch: connections dropped mid-body are resumed from the bytes received; final bytes exact", "[fetch][faults]") {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.max_retries = 5;
+  Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+  f.server->clear_log();
+  // The first three CDN responses are cut after 20000 bytes.
+  f.server->drop_after(20000, 3, "/cdn/");
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto data = data_requests(f.server->log());
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  CHECK(stats->retries == 3);
+  CHECK(data.size() == planned.size() + 3);
+  // Attempts of one chunk share its end (a resumed request asks for the rest of the chunk;
+  // other chunks may start while one waits for its retry).
+  std::map<std::uint64_t, std::vector<RequestRecord>> by_chunk;
+  for (const auto& r : data) {
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    by_chunk[rr->end()].push_back(r);
+  }
+  CHECK(by_chunk.size() == planned.size());
+  int drops = 0;
+  for (const auto& p : planned) {
+    INFO("chunk " << range_header(p));
+    REQUIRE(by_chunk.count(p.end()) == 1);
+    const auto& attempts = by_chunk[p.end()];
+    std::uint64_t received = 0;
+    for (std::size_t k = 0; k < attempts.size(); ++k) {
+      const auto& a = attempts[k];
+      INFO(a.to_json());
+      auto r = parse_range(a.range);
+      REQUIRE(r);
+      if (k > 0) CHECK(r->offset > parse_range(attempts[k - 1].range)->offset);
+      CHECK(r->offset == p.offset + received);  // resumes exactly after what arrived
+      CHECK(a.if_match == f.etag);
+      if (k + 1 < attempts.size()) {
+        CHECK(a.fault == "drop");
+        CHECK(a.dropped);
+        CHECK(a.body_bytes == 20000);
+        ++drops;
+      } else {
+        CHECK(a.fault.empty());
+        CHECK(a.status == 206);
+        CHECK(a.body_bytes == p.length - received);
+      }
+      received += a.body_bytes;
+    }
+    CHECK(received == p.length);
+  }
+  CHECK(drops == 3);
+  // Exactly the chunk's bytes travelled, nothing twice.
+  std::uint64_t body = 0;
+  for (const auto& r : data) body += r.body_bytes;
+  CHECK(body == total(planned));
+  CHECK(stats->bytes_transferred == total(planned));
+  check_request_rules(f.server->log(), f.etag);
+  check_view(c, "layers.8.weight", big_model());
+  check_view(c, "layers.9.weight", big_model());
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+}
+
+TEST_CASE("fetch: drops beyond the retries fail Network (exit 3); the bytes that arrived are kept and a re-run resumes after them",
+          "[fetch][faults]") {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.max_retries = 1;
+  Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+  f.server->clear_log();
+  f.server->drop_after(20000, -1, "/cdn/");
+  const auto sel = pick(c, {"layers.8.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::Network);
+  CHECK(exit_code(stats.error().code) == 3);
+  CHECK_THAT(stats.error().message, Catch::Contains(kFile));
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  settle(*f.server);
+  const auto data = data_requests(f.server->log());
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    CHECK(r.fault == "drop");
+    CHECK(r.body_bytes == 20000);
+  }
+  check_request_rules(f.server->log(), f.etag);
+  // The chunk that failed the fetch: 2 x 20000 bytes arrived in order, and are committed.
+  const Meta m = read_meta(f.cache, f.blob_id);
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  bool kept = false;
+  for (const auto& p : planned) {
+    if (covered(m.extents, {p.offset, 40000})) kept = true;
+  }
+  CHECK(kept);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  // A re-run asks only for what is missing.
+  f.server->reset_switches();
+  f.server->clear_log();
+  auto again = c.fetch(sel, small_chunks(4));
+  INFO((again ? std::string() : again.error().message));
+  REQUIRE(again);
+  CHECK(again->bytes_cached >= 40000);
+  for (const auto& r : data_requests(f.server->log())) {
+    INFO(r.to_json());
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
+  }
+  check_view(c, "layers.8.weight", big_model());
+}
+
+TEST_CASE("fetch: a 503 storm and a 429 storm (Retry-After) shorter than the retries succeed; attempts counted", "[fetch][faults]") {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.max_retries = 5;
+  Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight", "layers.10.weight"});
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  int status = 0;
+  bool ratelimit_header = false;
+  SECTION("503, Retry-After: 0") { status = 503; }
+  SECTION("429, Retry-After: 0") { status = 429; }
+  SECTION("429, RateLimit: t=0") {
+    status = 429;
+    ratelimit_header = true;
+  }
+  f.server->clear_log();
+  f.server->fail_next(4, status, 0, ratelimit_header, "/cdn/");
+  auto stats = c.fetch(sel, small_chunks(4));
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto log = f.server->log();
+  const auto data = data_requests(log);
+  CHECK(stats->retries == 4);
+  CHECK(stats->requests == planned.size() + 4);
+  CHECK(data.size() == planned.size() + 4);
+  int failed = 0;
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    if (r.status == status) {
+      ++failed;
+      CHECK(r.fault == "fail");
+      // Retried with the same Range, and that retry succeeded or failed again.
+      bool retried = std::any_of(data.begin(), data.end(), [&](const auto& x) { return x.seq > r.seq && x.range == r.range; });
+      CHECK(retried);
+    } else {
+      CHECK(r.status == 206);
+    }
+  }
+  CHECK(failed == 4);
+  std::set<std::string> ok;
+  for (const auto& r : data) {
+    if (r.status == 206) ok.insert(r.range);
+  }
+  CHECK(ok.size() == planned.size());
+  check_request_rules(log, f.etag);
+  for (const auto& name : {"layers.8.weight", "layers.9.weight", "layers.10.weight"}) check_view(c, name, big_model());
+}
+
+TEST_CASE("fetch: Retry-After is honoured: a chunk answered 503 with Retry-After: 1 is asked again after about a second",
+          "[fetch][faults]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  f.server->fail_next(1, 503, 1, false, "/cdn/");
+  const auto sel = pick(c, {"layers.8.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto data = data_requests(f.server->log());
+  REQUIRE(data.size() == 3);  // two chunks, one of them twice
+  CHECK(data[0].status == 503);
+  CHECK(data[0].retry_after == "1");
+  std::vector<RequestRecord> again;
+  for (const auto& r : data) {
+    if (r.seq > data[0].seq && r.range == data[0].range) again.push_back(r);
+  }
+  REQUIRE(again.size() == 1);
+  INFO(again[0].to_json());
+  CHECK(again[0].status == 206);
+  CHECK(again[0].start_ms - data[0].end_ms >= 900);
+  CHECK(stats->retries == 1);
+  check_view(c, "layers.8.weight", big_model());
+}
+
+TEST_CASE("fetch: a 429 storm longer than the retries fails RateLimited (exit 3) and serves nothing wrong", "[fetch][faults]") {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.max_retries = 2;
+  Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+  f.server->clear_log();
+  f.server->fail_next(-1, 429, 0, false, "/cdn/");
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::RateLimited);
+  CHECK(exit_code(stats.error().code) == 3);
+  CHECK_THAT(stats.error().message, Catch::Contains("429"));
+  CHECK_THAT(stats.error().message, Catch::Contains(kFile));
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  // Every attempt was refused; no chunk was tried more than 1 + max_retries times, and the one
+  // that failed the fetch exactly that often.
+  std::map<std::string, int> attempts;
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    CHECK(r.status == 429);
+    CHECK(r.body_bytes < 100);
+    ++attempts[r.range];
+  }
+  int exhausted = 0;
+  for (const auto& [range, n] : attempts) {
+    INFO(range);
+    CHECK(n <= 3);
+    if (n == 3) {
+      ++exhausted;
+      CHECK_THAT(stats.error().message, Catch::Contains(range));
+    }
+  }
+  CHECK(exhausted >= 1);
+  CHECK(data.size() <= 4 * 3);  // the four chunks at most
+  check_request_rules(f.server->log(), f.etag);
+  // Nothing beyond the header window is recorded; the views say NotFetched.
+  CHECK(normalized(read_meta(f.cache, f.blob_id).extents) == Ranges{{0, kWindow}});
+  for (const auto& name : {"layers.8.weight", "layers.9.weight"}) {
+    auto v = c.view(*c.find(name));
+    REQUIRE_FALSE(v);
+    CHECK(v.error().code == ErrorCode::NotFetched);
+  }
+}
+
+TEST_CASE("fetch: a server that ignores Range fails BadResponse naming the URL; nothing new is marked present",
+          "[fetch][faults]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  REQUIRE(c.fetch(pick(c, {"layers.3.weight"}), small_chunks()));  // something already there
+  const Ranges before = normalized(read_meta(f.cache, f.blob_id).extents);
+  f.server->clear_log();
+  f.server->set_ignore_range(true);
+  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.12.weight"}), small_chunks());
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::BadResponse);
+  CHECK(exit_code(stats.error().code) == 3);
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  CHECK_THAT(stats.error().message, Catch::Contains("ignored the Range"));
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  CHECK_FALSE(data.empty());
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    CHECK(r.fault == "ignore_range");
+    CHECK(r.status == 200);
+    CHECK(r.body_bytes < big_model().size());  // the client hung up instead of reading the file
+  }
+  // Not retried: a server that ignores Range will do so again.
+  std::set<std::string> ranges;
+  for (const auto& r : data) ranges.insert(r.range);
+  CHECK(ranges.size() == data.size());
+  check_request_rules(f.server->log(), f.etag);
+  CHECK(normalized(read_meta(f.cache, f.blob_id).extents) == before);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  auto v = c.view(*c.find("layers.8.weight"));
+  REQUIRE_FALSE(v);
+  CHECK(v.error().code == ErrorCode::NotFetched);
+  check_view(c, "layers.3.weight", big_model());
+}
+
+TEST_CASE("fetch: a wrong Content-Range fails BadResponse and nothing of that chunk is committed", "[fetch][faults]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  f.server->wrong_content_range(1, "/cdn/", 1);
+  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(2));
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::BadResponse);
+  CHECK_THAT(stats.error().message, Catch::Contains("Content-Range"));
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  std::vector<RequestRecord> bad;
+  for (const auto& r : data) {
+    if (r.fault == "wrong_content_range") bad.push_back(r);
+  }
+  REQUIRE(bad.size() == 1);
+  const auto bad_range = parse_range(bad[0].range);
+  REQUIRE(bad_range);
+  CHECK_THAT(stats.error().message, Catch::Contains(bad[0].range));
+  // The faulty chunk was not asked again, and none of its bytes are recorded as present.
+  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
+  const Meta m = read_meta(f.cache, f.blob_id);
+  for (const auto& e : m.extents) {
+    INFO("extent [" << e.offset << ", " << e.end() << ")");
+    CHECK_FALSE(intersects(e, *bad_range));
+  }
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  check_request_rules(f.server->log(), f.etag);
+}
+
+TEST_CASE("fetch: a body longer than the range asked fails BadResponse and nothing of that chunk is committed",
+          "[fetch][faults]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  f.server->overlong_body(1000, 1, "/cdn/", testing::OverlongMode::Chunked);
+  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(1));
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::BadResponse);
+  CHECK_THAT(stats.error().message, Catch::Contains("longer than"));
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  std::vector<RequestRecord> bad;
+  for (const auto& r : data) {
+    if (r.fault == "overlong") bad.push_back(r);
+  }
+  REQUIRE(bad.size() == 1);
+  const auto bad_range = parse_range(bad[0].range);
+  REQUIRE(bad_range);
+  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
+  for (const auto& e : read_meta(f.cache, f.blob_id).extents) {
+    INFO("extent [" << e.offset << ", " << e.end() << ")");
+    CHECK_FALSE(intersects(e, *bad_range));
+  }
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  check_request_rules(f.server->log(), f.etag);
+}
+
+TEST_CASE("fetch: the file changing on the server mid-load fails Integrity (exit 4); the cache holds only original bytes",
+          "[fetch][faults]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  f.server->change_etag_after(3);  // three more CDN requests see the original, then it changes
+  const std::vector<std::string> names = {"layers.8.weight", "layers.9.weight", "layers.10.weight"};
+  auto stats = c.fetch(pick(c, names), small_chunks(1));
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::Integrity);
+  CHECK(exit_code(stats.error().code) == 4);
+  CHECK_THAT(stats.error().message, Catch::Contains(kFile));
+  CHECK_THAT(stats.error().message, Catch::Contains("changed"));
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  REQUIRE(data.size() == 4);  // one connection: 3 chunks, then the 412 that stops the fetch
+  for (int k = 0; k < 3; ++k) {
+    INFO(data[k].to_json());
+    CHECK(data[k].status == 206);
+    CHECK(data[k].etag == f.etag);
+  }
+  INFO(data[3].to_json());
+  CHECK(data[3].status == 412);
+  CHECK(data[3].fault == "etag_changed");
+  CHECK(data[3].body_bytes == 0);
+  CHECK(data[3].if_match == f.etag);
+  check_request_rules(f.server->log(), f.etag);
+  // Every committed byte is the original's: what arrived before the change, nothing after.
+  const Meta m = read_meta(f.cache, f.blob_id);
+  std::uint64_t committed = total(minus(m.extents, {{0, kWindow}}));
+  CHECK(committed == 3 * kChunk);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  f.server->change_etag_after(-1);
+  // The first two chunks were layers.8.weight (whole and original); the others are not served.
+  check_view(c, "layers.8.weight", big_model());
+  for (const auto& name : {"layers.9.weight", "layers.10.weight"}) {
+    auto v = c.view(*c.find(name));
+    REQUIRE_FALSE(v);
+    CHECK(v.error().code == ErrorCode::NotFetched);
+  }
+}
+
+namespace {
+
+// A CDN response that stalls after `bytes` body bytes (the server holds it for `server_stall_ms`,
+// then closes); the client's stall timeout is 1 s. The transfer must be retried after about the
+// stall timeout, resuming after the bytes received, and the fetch complete.
+void check_stall(std::uint64_t bytes, int server_stall_ms) {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.stall_timeout_ms = 1000;
+  Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+  f.server->clear_log();
+  f.server->stall_after(bytes, 1, "/cdn/", server_stall_ms);
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight"});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stats = c.fetch(sel, small_chunks(2));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  CHECK(stats->retries == 1);
+  check_view(c, "layers.8.weight", big_model());
+  check_view(c, "layers.9.weight", big_model());
+  // The stalled response's record is complete once the server gives up: stop it.
+  f.server->stop();
+  const auto data = data_requests(f.server->log());
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  CHECK(data.size() == planned.size() + 1);
+  std::vector<RequestRecord> stalled;
+  for (const auto& r : data) {
+    if (r.fault == "stall") stalled.push_back(r);
+  }
+  REQUIRE(stalled.size() == 1);
+  const auto s = parse_range(stalled[0].range);
+  REQUIRE(s);
+  CHECK(stalled[0].body_bytes == bytes);
+  std::vector<RequestRecord> resumed;
+  for (const auto& r : data) {
+    auto rr = parse_range(r.range);
+    if (r.seq > stalled[0].seq && rr && rr->end() == s->end()) resumed.push_back(r);
+  }
+  REQUIRE(resumed.size() == 1);
+  INFO(resumed[0].to_json());
+  const auto rr = parse_range(resumed[0].range);
+  if (bytes > 0) CHECK(rr->offset > s->offset);
+  CHECK(rr->offset == s->offset + bytes);
+  CHECK(resumed[0].status == 206);
+  CHECK(resumed[0].body_bytes == rr->length);
+  CHECK(resumed[0].start_ms - stalled[0].start_ms >= 900);
+  check_request_rules(f.server->log(), f.etag);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  // Last: the time taken. The retry comes after about the stall timeout (1 s), long before the
+  // server gives up the stalled response.
+  INFO("fetch took " << seconds << " s; the server held the stalled response " << server_stall_ms << " ms");
+  CHECK(seconds >= 0.9);
+  CHECK(seconds < 2.5);
+}
+
+}  // namespace
+
+TEST_CASE("fetch: a transfer that stalls before its first byte is retried after the stall timeout and completes",
+          "[fetch][faults]") {
+  check_stall(0, 10000);
+}
+
+TEST_CASE("fetch: a transfer that stalls mid-body is retried after the stall timeout, resuming after the bytes received",
+          "[fetch][faults]") {
+  // Fails today: the retry comes after about 6-7 s, not 1 s (libcurl's low-speed check averages
+  // over a window of seconds, so bytes received before the stall hide it); the server holds the
+  // stall 5 s, so the fetch completes through the server's close instead.
+  check_stall(16384, 5000);
+}
+
+TEST_CASE("fetch: an expired CDN URL is resolved again (without the token going to the CDN) and the fetch completes",
+          "[fetch][faults]") {
+  // URLs live 500 ms and every request takes 50 ms; the fetch starts after the URL the open
+  // was given expired.
+  Fixture f(50, 500);
+  Checkpoint c = f.open();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  f.server->clear_log();
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  check_view(c, "layers.8.weight", big_model());
+  check_view(c, "layers.9.weight", big_model());
+  const auto log = f.server->log();
+  const auto resolves = of_kind(log, "resolve");
+  CHECK(resolves.size() >= 1);
+  for (const auto& r : resolves) {
+    INFO(r.to_json());
+    CHECK(r.file == kFile);
+    CHECK(r.status == 302);
+    CHECK(r.authorization);
+  }
+  std::size_t expired = 0;
+  for (const auto& r : of_kind(log, "cdn")) {
+    INFO(r.to_json());
+    if (r.fault == "expired") {
+      ++expired;
+      CHECK(r.status == 403);
+    }
+  }
+  CHECK(expired >= 1);
+  check_request_rules(log, f.etag);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+}
+
+TEST_CASE("fetch: an expired URL is resolved again at the commit the open pinned, even after the branch moved",
+          "[fetch][faults]") {
+  // DESIGN.md: "Once one response names the commit, resolve every other file at that commit".
+  // Fails today: the re-resolve asks for the revision as given ("main"), so a branch that moved
+  // during a load (to a commit where the file changed) aborts it with Integrity instead of
+  // reading on at the pinned commit.
+  Fixture f(50, 500);
+  const std::string commit = f.server->commit(kRepo);
+  Checkpoint c = f.open();
+  REQUIRE(c.commit() == commit);
+  f.server->set_ref(kRepo, "main", std::string(40, 'b'));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  f.server->clear_log();
+  auto stats = c.fetch(pick(c, {"layers.8.weight"}), small_chunks(1));
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const auto resolves = of_kind(f.server->log(), "resolve");
+  REQUIRE_FALSE(resolves.empty());
+  for (const auto& r : resolves) {
+    INFO(r.to_json());
+    CHECK(r.revision == commit);
+  }
+}
+
+TEST_CASE("fetch: a long load whose CDN URL expires many times keeps re-resolving and completes", "[fetch][faults]") {
+  // URLs live 250 ms, requests take 60 ms, one connection, 20 chunks: the URL expires about
+  // five times during the load (a multi-hour download with 1-hour URLs). Fails today: the
+  // fetcher re-resolves in at most 3 rounds (fetcher.cc, `round < 3`), then fails with the 403.
+  Fixture f(60, 250);
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight", "layers.10.weight", "layers.11.weight",
+                              "layers.12.weight", "layers.13.weight", "layers.14.weight", "layers.15.weight",
+                              "layers.16.weight", "layers.17.weight"});
+  auto stats = c.fetch(sel, small_chunks(1));
+  INFO((stats ? std::string() : stats.error().message));
+  const auto resolves = of_kind(f.server->log(), "resolve");
+  INFO("re-resolves: " << resolves.size());
+  CHECK(resolves.size() >= 4);
+  REQUIRE(stats);
+  check_view(c, "layers.17.weight", big_model());
+}
+
+TEST_CASE("fetch: a progress callback returning false cancels (Cancelled); completed chunks stay committed", "[fetch][cancel]") {
+  Fixture f(20);
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight", "layers.10.weight", "layers.11.weight",
+                              "layers.12.weight", "layers.13.weight"});
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  REQUIRE(planned.size() == 12);
+  FetchOptions fo = small_chunks(1);
+  std::uint64_t done_at_cancel = 0;
+  int calls = 0;
+  fo.progress = [&](const FetchProgress& p) {
+    ++calls;
+    CHECK(p.bytes_total == total(planned));
+    if (p.bytes_done >= 4 * kChunk) {
+      if (done_at_cancel == 0) done_at_cancel = p.bytes_done;
+      return false;
+    }
+    return true;
+  };
+  auto stats = c.fetch(sel, fo);
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::Cancelled);
+  CHECK(exit_code(stats.error().code) == 1);
+  REQUIRE(done_at_cancel >= 4 * kChunk);
+  CHECK(done_at_cancel < total(planned));
+  // One connection, chunks in order: every chunk that had fully arrived when the callback said
+  // stop is committed (and what is committed is the source's).
+  settle(*f.server);
+  const Meta m = read_meta(f.cache, f.blob_id);
+  std::uint64_t end = 0;
+  for (const auto& p : planned) {
+    end += p.length;
+    if (end > done_at_cancel) break;
+    INFO("chunk " << range_header(p));
+    CHECK(covered(m.extents, p));
+  }
+  CHECK(total(minus(m.extents, {{0, kWindow}})) <= done_at_cancel);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  // Later chunks were never asked for.
+  const auto data = data_requests(f.server->log());
+  CHECK(data.size() < planned.size());
+  check_request_rules(f.server->log(), f.etag);
+  // A new fetch resumes: only what is missing travels.
+  f.server->clear_log();
+  auto again = c.fetch(sel, small_chunks(4));
+  REQUIRE(again);
+  CHECK(again->bytes_cached >= total(minus(m.extents, {{0, kWindow}})));
+  for (const auto& r : data_requests(f.server->log())) {
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
+  }
+  for (const auto& name : {"layers.8.weight", "layers.13.weight"}) check_view(c, name, big_model());
+}
+
+TEST_CASE("fetch: a progress callback that says stop on its first call sends no tensor request", "[fetch][cancel]") {
+  // Fails today: the first report of a round (before any request) ignores the callback's false
+  // (`(void)state.report(true)`), so transfers run until the next report, 100 ms later.
+  Fixture f(30);
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  const auto sel = pick(c, {"layers.8.weight", "layers.9.weight", "layers.10.weight", "layers.11.weight"});
+  FetchOptions fo = small_chunks(1);
+  fo.progress = [](const FetchProgress&) { return false; };
+  auto stats = c.fetch(sel, fo);
+  REQUIRE_FALSE(stats);
+  CHECK(stats.error().code == ErrorCode::Cancelled);
+  f.server->stop();  // the records of the responses the client hung up on are complete
+  const auto data = data_requests(f.server->log());
+  INFO("tensor requests after the cancel: " << data.size());
+  CHECK(data.empty());
+}
+
+// ======================================================================== processes (CLI)
+
+TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committed byte fetched again, files byte-exact",
+          "[fetch][crash][cli]") {
+  Fixture f(120);
+  const std::vector<std::string> args = {"download", std::string("hf://") + kRepo, "-o", (f.tmp.path / "out").string(),
+                                         "--endpoint", f.server->endpoint(), "--chunk-size", "65536",
+                                         "--connections", "2", "--stall-timeout", "2000", "-q"};
+  const auto env = child_env(f.cache, f.hf_home);
+  Child first = spawn(args, env, f.tmp.path / "first.err");
+  ChildGuard guard{first};
+  // Wait until some tensor chunks are committed (beyond the header window), then kill -9.
+  Meta seen;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    seen = read_meta(f.cache, f.blob_id);
+    if (total(minus(seen.extents, {{0, kWindow}})) >= 3 * kChunk) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(::kill(first.pid, SIGKILL) == 0);
+  const int first_rc = wait_child(first);
+  INFO(read_file(first.err_file));
+  REQUIRE(first_rc == 128 + SIGKILL);  // killed mid-load, not finished
+  const Meta before = read_meta(f.cache, f.blob_id);
+  REQUIRE(before.exists);
+  CHECK_FALSE(before.complete);
+  const std::uint64_t committed = total(minus(before.extents, {{0, kWindow}}));
+  INFO("committed before the kill: " << describe(before.extents));
+  CHECK(committed >= 3 * kChunk);
+  CHECK(committed < big_model().size() - kWindow);
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
+
+  f.server->set_latency_ms(0);
+  f.server->clear_log();
+  Child second = spawn(args, env, f.tmp.path / "second.err");
+  const int second_rc = wait_child(second);
+  INFO(read_file(second.err_file));
+  REQUIRE(second_rc == 0);
+  const auto log = f.server->log();
+  std::uint64_t moved = 0;
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    CHECK(r.status == 206);
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    moved += r.body_bytes;
+    for (const auto& e : before.extents) CHECK_FALSE(intersects(*rr, e));
+  }
+  CHECK(moved == big_model().size() - total(normalized(before.extents)));
+  check_request_rules(log, f.etag);
+  CHECK(sha256_hex(read_file(f.tmp.path / "out" / kFile)) == f.blob_id);
+  CHECK(read_file(f.tmp.path / "out" / "config.json") == read_file(f.root / kRepo / "config.json"));
+  const Meta after = read_meta(f.cache, f.blob_id);
+  CHECK(after.complete);
+  CHECK(cache_verify(f.blob_id, f.cache.string()));
+}
+
+TEST_CASE("fetch: two CLI processes fetching overlapping tensors into one cache at once: both exit 0, outputs exact, cache verifies",
+          "[fetch][concurrency][cli]") {
+  Fixture f(15);
+  std::vector<std::string> a_names, b_names;
+  for (int i = 2; i < 16; ++i) a_names.push_back("layers." + std::to_string(i) + ".weight");
+  for (int i = 8; i < 22; ++i) b_names.push_back("layers." + std::to_string(i) + ".weight");
+  b_names.push_back("layers.9.bias");
+  auto args = [&](const std::vector<std::string>& names, const std::string& out) {
+    std::vector<std::string> a = {"get", std::string("hf://") + kRepo};
+    a.insert(a.end(), names.begin(), names.end());
+    a.insert(a.end(), {"-o", (f.tmp.path / out).string(), "--endpoint", f.server->endpoint(), "--chunk-size", "65536",
+                       "--connections", "3", "-q"});
+    return a;
+  };
+  const auto env = child_env(f.cache, f.hf_home);
+  Child a = spawn(args(a_names, "a.safetensors"), env, f.tmp.path / "a.err");
+  ChildGuard ga{a};
+  Child b = spawn(args(b_names, "b.safetensors"), env, f.tmp.path / "b.err");
+  ChildGuard gb{b};
+  const int rc_a = wait_child(a);
+  const int rc_b = wait_child(b);
+  INFO("a: " << read_file(f.tmp.path / "a.err"));
+  INFO("b: " << read_file(f.tmp.path / "b.err"));
+  CHECK(rc_a == 0);
+  CHECK(rc_b == 0);
+  CHECK(sha256_hex(read_file(f.tmp.path / "a.safetensors")) == sha256_hex(local_get(f, a_names)));
+  CHECK(sha256_hex(read_file(f.tmp.path / "b.safetensors")) == sha256_hex(local_get(f, b_names)));
+  const auto log = f.server->log();
+  check_request_rules(log, f.etag);
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    CHECK(r.status == 206);
+  }
+  auto list = cache_list(f.cache.string());
+  REQUIRE(list);
+  REQUIRE(list->size() == 1);
+  CHECK(list->front().id == f.blob_id);
+  CHECK(cache_verify(f.blob_id, f.cache.string()));
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+  // Both selections are recorded as present: fetching their union moves nothing.
+  Checkpoint c = f.open();
+  std::vector<std::string> both = a_names;
+  both.insert(both.end(), b_names.begin(), b_names.end());
+  std::sort(both.begin(), both.end());
+  both.erase(std::unique(both.begin(), both.end()), both.end());
+  f.server->clear_log();
+  auto s = c.fetch(pick(c, both), small_chunks());
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s);
+  CHECK(s->bytes_transferred == 0);
+  CHECK(s->requests == 0);
+  CHECK(f.server->log().empty());
+  for (const auto& n : {"layers.2.weight", "layers.12.weight", "layers.21.weight", "layers.9.bias"}) {
+    check_view(c, n, big_model());
+  }
+}
+
+// ======================================================================== full disk
+
+namespace {
+
+// A tmpfs of `size` mounted on `dir` for a scope (root only).
+struct TmpfsMount {
+  fs::path dir;
+  bool mounted = false;
+  int error = 0;
+  TmpfsMount(fs::path d, const std::string& size) : dir(std::move(d)) {
+    fs::create_directories(dir);
+    const std::string opts = "size=" + size;
+    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+    if (!mounted) error = errno;
+  }
+  ~TmpfsMount() {
+    if (mounted && ::umount2(dir.c_str(), 0) != 0) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+  TmpfsMount(const TmpfsMount&) = delete;
+  TmpfsMount& operator=(const TmpfsMount&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the full disk; only durable extents are recorded",
+          "[fetch][disk]") {
+  Fixture f;
+  const fs::path cache = f.tmp.path / "small-disk";
+  TmpfsMount tmpfs(cache, "2M");
+  if (!tmpfs.mounted) {
+    WARN("cannot mount a tmpfs on " << cache << " (" << std::strerror(tmpfs.error) << "): skipped");
+    return;
+  }
+  REQUIRE(big_model().size() > 2u << 20);
+  {
+    OpenOptions o = f.open_options();
+    o.cache_dir = cache.string();
+    Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+    f.server->clear_log();
+    auto stats = c.fetch_all(small_chunks(4));
+    REQUIRE_FALSE(stats);
+    INFO(stats.error().message);
+    CHECK(stats.error().code == ErrorCode::Io);
+    CHECK(exit_code(stats.error().code) == 1);
+    CHECK_THAT(stats.error().message, Catch::Contains("full"));
+    CHECK_THAT(stats.error().message, Catch::Contains(kFile));
+    check_request_rules(f.server->log(), f.etag);
+    const Meta m = read_meta(cache, f.blob_id);
+    REQUIRE(m.exists);
+    CHECK_FALSE(m.complete);
+    INFO("recorded: " << describe(m.extents));
+    CHECK(total(m.extents) < (2u << 20));
+    check_extents_hold_source(cache, f.blob_id, big_model());
+    // Views of tensors inside the recorded extents are exact; others are NotFetched.
+    for (const auto& t : c.tensors()) {
+      const ByteRange r = c.header(0).file_range(*t.info);
+      auto v = c.view(t);
+      if (covered(m.extents, r)) {
+        REQUIRE(v);
+        CHECK(std::memcmp(v->bytes.data(), big_model().data() + r.offset, r.length) == 0);
+      } else {
+        REQUIRE_FALSE(v);
+        CHECK(v.error().code == ErrorCode::NotFetched);
+      }
+    }
+  }
+}
+
+
+TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named is Integrity (exit 4) and discarded",
+          "[fetch][verify]") {
+  Fixture f;  // the server hashed org/big/model.safetensors on start (blob_id)
+  // The file changes on disk after the server named its sha256, keeping its size and mtime (the
+  // server's hash cache key): it now serves other bytes under the same X-Linked-Etag and ETag,
+  // as a corrupt CDN would.
+  const fs::path served = f.root / kRepo / kFile;
+  const auto mtime = fs::last_write_time(served);
+  std::string changed = big_model();
+  changed[changed.size() - 100] = static_cast<char>(changed[changed.size() - 100] ^ 0x01);
+  write_file(served, changed);
+  fs::last_write_time(served, mtime);
+  REQUIRE(f.server->file_sha256(kRepo, kFile) == f.blob_id);
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  auto stats = c.fetch_all(small_chunks());
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::Integrity);
+  CHECK(exit_code(stats.error().code) == 4);
+  CHECK_THAT(stats.error().message, Catch::Contains("sha256") && Catch::Contains(f.blob_id) &&
+                                        Catch::Contains(kFile) && Catch::Contains("discarded"));
+  // Every byte was transferred once (the hash needs all of them), with the pinned ETag.
+  settle(*f.server);
+  std::uint64_t moved = 0;
+  for (const auto& r : data_requests(f.server->log())) {
+    CHECK(r.status == 206);
+    CHECK(r.if_match == f.etag);
+    moved += r.body_bytes;
+  }
+  CHECK(moved == changed.size() - std::min<std::uint64_t>(changed.size(), kWindow));
+  // Nothing of it is served: no extent recorded, not complete, views refused.
+  const Meta meta = read_meta(f.cache, f.blob_id);
+  CHECK(meta.extents.empty());
+  auto list = cache_list(f.cache.string());
+  REQUIRE(list);
+  REQUIRE(list->size() == 1);
+  CHECK_FALSE(list->front().complete);
+  CHECK(list->front().present == 0);
+  const TensorRef* t = c.find("layers.23.weight");
+  REQUIRE(t);
+  auto view = c.view(*t);
+  REQUIRE_FALSE(view);
+  CHECK(view.error().code == ErrorCode::NotFetched);
+  // save_files refuses what is not complete.
+  auto saved = c.save_files((f.tmp.path / "out").string());
+  REQUIRE_FALSE(saved);
+  CHECK(saved.error().code == ErrorCode::NotFetched);
+  CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
+}

@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: Apache-2.0
+// Remote open over HTTP/2 + TLS against a real server: nginx (Debian's nginx-light), started
+// by the test as a single foreground process whose configuration, certificate, logs and
+// temporary files all live in a temporary directory. It serves a sharded checkpoint made by
+// tensorfetch-make-checkpoint; its access log (protocol, connection serial number, requests
+// per connection, Range, status, bytes) shows what the client did on the wire.
+// Without nginx the test is skipped with a WARN (CI installs nginx-light).
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hub_server.hpp"  // generate_self_signed_cert
+#include "tensorfetch/tensorfetch.hpp"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using tensorfetch::Checkpoint;
+using tensorfetch::OpenOptions;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A directory removed (recursively) at destruction.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string templ = (fs::temp_directory_path() / "tf-h2-XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = templ;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+// nginx: $TENSORFETCH_NGINX, else /usr/sbin/nginx, else `nginx` on PATH; nullopt if none.
+std::optional<fs::path> find_nginx() {
+  if (const char* e = std::getenv("TENSORFETCH_NGINX"); e && *e) {
+    return ::access(e, X_OK) == 0 ? std::optional<fs::path>(e) : std::nullopt;
+  }
+  if (::access("/usr/sbin/nginx", X_OK) == 0) return fs::path("/usr/sbin/nginx");
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream ss(path);
+    std::string dir;
+    while (std::getline(ss, dir, ':')) {
+      fs::path p = fs::path(dir.empty() ? "." : dir) / "nginx";
+      if (::access(p.c_str(), X_OK) == 0) return p;
+    }
+  }
+  return std::nullopt;
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice for port 0).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  ::close(fd);
+  REQUIRE(ok);
+  return ntohs(a.sin_port);
+}
+
+bool port_accepts(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// One line of the access log (format `tf` below).
+struct AccessRecord {
+  std::uint64_t connection = 0;           // $connection: serial number of the TCP connection
+  std::uint64_t connection_requests = 0;  // $connection_requests: requests on it so far
+  std::string protocol;                   // $server_protocol: "HTTP/2.0"
+  std::string method;                     // $request_method
+  std::string uri;                        // $request_uri
+  std::string range;                      // $http_range ("-" when absent)
+  int status = 0;                         // $status
+  std::uint64_t body_bytes = 0;           // $body_bytes_sent
+  std::string ssl_protocol;               // $ssl_protocol
+  std::string line;                       // the raw line, for messages
+};
+
+std::vector<AccessRecord> parse_access_log(const fs::path& file) {
+  std::vector<AccessRecord> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string field;
+    while (std::getline(ss, field, '|')) f.push_back(field);
+    INFO("access log line: " << line);
+    REQUIRE(f.size() == 9);
+    AccessRecord r;
+    r.connection = std::stoull(f[0]);
+    r.connection_requests = std::stoull(f[1]);
+    r.protocol = f[2];
+    r.method = f[3];
+    r.uri = f[4];
+    r.range = f[5];
+    r.status = std::stoi(f[6]);
+    r.body_bytes = std::stoull(f[7]);
+    r.ssl_protocol = f[8];
+    r.line = line;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// nginx serving `root` over HTTPS with HTTP/2 on 127.0.0.1, as one foreground process
+// (`master_process off`: no privilege drop, no workers; the pid is the server). Everything it
+// writes goes into `dir`. The destructor always stops it (SIGTERM, then SIGKILL) and reaps it.
+class Nginx {
+ public:
+  Nginx(const fs::path& binary, const fs::path& dir, const fs::path& root, const fs::path& cert,
+        const fs::path& key)
+      : dir_(dir) {
+    fs::create_directories(dir / "tmp");
+    std::string last_error;
+    for (int attempt = 0; attempt < 5; ++attempt) {  // a port taken in between: try another
+      port_ = free_port();
+      write_config(root, cert, key);
+      spawn(binary);
+      const auto deadline = std::chrono::steady_clock::now() + 15s;
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (!alive()) break;
+        if (port_accepts(port_)) return;
+        std::this_thread::sleep_for(20ms);
+      }
+      last_error = slurp(dir / "error.log") + slurp(dir / "stderr.log");
+      stop();
+      if (last_error.find("Address already in use") == std::string::npos) break;
+    }
+    FAIL("nginx did not start; its error log:\n" << last_error);
+  }
+  ~Nginx() { stop(); }
+  Nginx(const Nginx&) = delete;
+  Nginx& operator=(const Nginx&) = delete;
+
+  int port() const { return port_; }
+  fs::path access_log() const { return dir_ / "access.log"; }
+  std::string error_log() const { return slurp(dir_ / "error.log"); }
+
+  // Waits until the access log holds at least `n` lines (nginx writes a line when it
+  // finalizes a request, which may be just after the client saw the end of the response).
+  std::vector<AccessRecord> wait_for_records(std::size_t n) const {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    std::vector<AccessRecord> log = parse_access_log(access_log());
+    while (log.size() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+      log = parse_access_log(access_log());
+    }
+    // A moment more, so that a request beyond the expected ones would show up too.
+    std::this_thread::sleep_for(200ms);
+    return parse_access_log(access_log());
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    int status = 0;
+    while (true) {
+      pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_ || (r < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(pid_, SIGKILL);
+        while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    pid_ = -1;
+  }
+
+ private:
+  bool alive() {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    return true;
+  }
+
+  void write_config(const fs::path& root, const fs::path& cert, const fs::path& key) {
+    const std::string d = dir_.string();
+    std::ofstream conf(dir_ / "nginx.conf", std::ios::trunc);
+    conf << "daemon off;\n"
+         << "master_process off;\n"
+         << "pid " << d << "/nginx.pid;\n"
+         << "lock_file " << d << "/nginx.lock;\n"
+         << "error_log " << d << "/error.log info;\n"
+         << "events { worker_connections 256; }\n"
+         << "http {\n"
+         << "  default_type application/octet-stream;\n"
+         << "  types { application/json json; }\n"
+         << "  client_body_temp_path " << d << "/tmp/body;\n"
+         << "  proxy_temp_path " << d << "/tmp/proxy;\n"
+         << "  fastcgi_temp_path " << d << "/tmp/fastcgi;\n"
+         << "  uwsgi_temp_path " << d << "/tmp/uwsgi;\n"
+         << "  scgi_temp_path " << d << "/tmp/scgi;\n"
+         << "  log_format tf '$connection|$connection_requests|$server_protocol|$request_method|"
+            "$request_uri|$http_range|$status|$body_bytes_sent|$ssl_protocol';\n"
+         << "  access_log " << d << "/access.log tf;\n"
+         << "  server {\n"
+         << "    listen 127.0.0.1:" << port_ << " ssl http2;\n"
+         << "    server_name localhost;\n"
+         << "    ssl_certificate " << cert.string() << ";\n"
+         << "    ssl_certificate_key " << key.string() << ";\n"
+         << "    root " << root.string() << ";\n"
+         << "    location / { }\n"
+         << "  }\n"
+         << "}\n";
+  }
+
+  // fork + exec rather than posix_spawn, so that the child can ask to be killed when this
+  // process dies without running destructors (a crash, or meson's timeout killing the test).
+  void spawn(const fs::path& binary) {
+    const std::string bin = binary.string(), prefix = dir_.string() + "/",
+                      conf = (dir_ / "nginx.conf").string(), err = (dir_ / "error.log").string(),
+                      out = (dir_ / "stderr.log").string();
+    // -e: the log for messages before the configuration is read (default: /var/log/nginx).
+    std::vector<std::string> args = {bin, "-p", prefix, "-c", conf, "-e", err};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) FAIL("fork: " << std::strerror(errno));
+    if (pid_ == 0) {  // the child: async-signal-safe calls only
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the parent is already gone
+      int in = ::open("/dev/null", O_RDONLY);
+      int log = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (in < 0 || log < 0) ::_exit(127);
+      ::dup2(in, 0);
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      ::execv(bin.c_str(), argv.data());
+      ::_exit(127);
+    }
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+// Runs tensorfetch-make-checkpoint (TENSORFETCH_MAKE_CHECKPOINT_BIN) with these arguments.
+void make_checkpoint(const std::vector<std::string>& extra) {
+  const char* bin = std::getenv("TENSORFETCH_MAKE_CHECKPOINT_BIN");
+  if (bin == nullptr || *bin == '\0') FAIL("TENSORFETCH_MAKE_CHECKPOINT_BIN is not set (run through meson test)");
+  std::vector<std::string> args = {bin};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, bin, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+std::string hex(std::uint64_t v) {
+  std::ostringstream os;
+  os << std::hex << v;
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("remote over HTTP/2 + TLS (nginx): a sharded checkpoint opens with every request on HTTP/2, "
+          "the shard headers multiplexed on one connection, each asking Range bytes=0-262143",
+          "[remote][h2]") {
+  const auto nginx_bin = find_nginx();
+  if (!nginx_bin) {
+    WARN("SKIPPED: nginx not found (/usr/sbin/nginx, $PATH or $TENSORFETCH_NGINX); install nginx-light "
+         "(tools/install-deps.sh does) to run the HTTP/2 + TLS test");
+    return;
+  }
+  TempDir tmp;
+  const fs::path www = tmp.path / "www";
+  constexpr unsigned kShards = 8;
+  // 8 layers of hidden size 128: about 4.7 MB of BF16 in 8 shards of ~600 KB, each larger than
+  // the 256 KiB header window, so every shard-header answer is a 206 of exactly 262144 bytes.
+  make_checkpoint({"-o", www.string(), "--layers", "8", "--hidden", "128", "--shards", std::to_string(kShards),
+                   "--seed", "7"});
+  auto local = Checkpoint::open(www.string());
+  INFO((local ? std::string() : local.error().message));
+  REQUIRE(local);
+  REQUIRE(local->sharded());
+  REQUIRE(local->files().size() == kShards);
+  for (const auto& f : local->files()) REQUIRE(f.size > 262144);
+
+  const auto tls = tensorfetch::testing::generate_self_signed_cert(tmp.path / "tls");
+  Nginx nginx(*nginx_bin, tmp.path / "nginx", www, tls.cert, tls.key);
+
+  OpenOptions o;
+  o.token = std::string();  // never the developer's own token
+  o.ca_file = tls.cert.string();
+  o.max_retries = 0;  // a failure must show, not be retried away
+  const std::string base = "https://127.0.0.1:" + std::to_string(nginx.port()) + "/";
+  auto remote = Checkpoint::open(base + "model.safetensors.index.json", o);
+  INFO("nginx error log:\n" << nginx.error_log());
+  INFO((remote ? std::string() : remote.error().message));
+  REQUIRE(remote);
+
+  // What was read is what was generated: the same files, sizes, tensors, dtypes, shapes, offsets.
+  CHECK(remote->remote());
+  CHECK(remote->sharded());
+  REQUIRE(remote->files().size() == local->files().size());
+  for (std::size_t i = 0; i < local->files().size(); ++i) {
+    const auto& rf = remote->files()[i];
+    const auto& lf = local->files()[i];
+    INFO(rf.path);
+    CHECK(rf.path == lf.path);
+    CHECK(rf.size == lf.size);
+    CHECK(rf.url == base + lf.path);
+    // nginx's ETag is "<mtime hex>-<size hex>".
+    REQUIRE(rf.etag);
+    CHECK(rf.etag->ends_with("-" + hex(lf.size) + "\""));
+  }
+  REQUIRE(remote->tensors().size() == local->tensors().size());
+  CHECK(local->tensors().size() == 1 + 9 * 8 + 2);  // embeddings, 8 layers of 9, norm, lm_head
+  for (std::size_t i = 0; i < local->tensors().size(); ++i) {
+    const auto& r = remote->tensors()[i];
+    const auto& l = local->tensors()[i];
+    INFO(l.info->name);
+    CHECK(r.info->name == l.info->name);
+    CHECK(r.info->dtype == l.info->dtype);
+    CHECK(r.info->shape == l.info->shape);
+    CHECK(r.info->begin == l.info->begin);
+    CHECK(r.info->end == l.info->end);
+    CHECK(remote->files()[r.file].path == local->files()[l.file].path);
+  }
+  CHECK(remote->requests() == 1 + kShards);
+
+  // The wire, as nginx saw it.
+  const auto log = nginx.wait_for_records(1 + kShards);
+  std::string lines;
+  for (const auto& r : log) lines += r.line + "\n";
+  INFO("access log ($connection|$connection_requests|$server_protocol|$request_method|$request_uri|"
+       "$http_range|$status|$body_bytes_sent|$ssl_protocol):\n" << lines);
+  REQUIRE(log.size() == 1 + kShards);
+  std::set<std::uint64_t> all_connections, shard_connections;
+  std::map<std::uint64_t, std::uint64_t> requests_per_connection;
+  std::set<std::string> shard_uris;
+  for (const auto& r : log) {
+    INFO(r.line);
+    CHECK(r.protocol == "HTTP/2.0");
+    CHECK(r.method == "GET");  // no HEAD
+    CHECK(r.ssl_protocol.starts_with("TLSv1."));
+    all_connections.insert(r.connection);
+    auto& most = requests_per_connection[r.connection];
+    most = std::max(most, r.connection_requests);
+    if (r.uri == "/model.safetensors.index.json") {
+      CHECK(r.range == "-");  // the index is read whole
+      CHECK(r.status == 200);
+      CHECK(r.body_bytes == fs::file_size(www / "model.safetensors.index.json"));
+    } else {
+      shard_uris.insert(r.uri);
+      shard_connections.insert(r.connection);
+      CHECK(r.range == "bytes=0-262143");
+      CHECK(r.status == 206);
+      CHECK(r.body_bytes == 262144);
+    }
+  }
+  CHECK(shard_uris.size() == kShards);
+  // The index (round 1) precedes the shards (round 2) in the log.
+  CHECK(log.front().uri == "/model.safetensors.index.json");
+
+  // Multiplexing: with PIPEWAIT the 8 shard requests wait for the connection that can carry
+  // them all instead of opening one connection each. Observed: one TLS connection for all 9
+  // requests (the index's connection is kept and reused), $connection_requests 1..9.
+  std::ostringstream seen;
+  for (const auto& [conn, n] : requests_per_connection) seen << " #" << conn << ": " << n << " requests;";
+  WARN("HTTP/2 multiplexing observed: " << log.size() << " requests on " << all_connections.size()
+                                        << " connection(s); the " << kShards << " shard headers on "
+                                        << shard_connections.size() << " connection(s):" << seen.str());
+  CHECK(shard_connections.size() == 1);
+  CHECK(all_connections.size() == 1);
+  CHECK(requests_per_connection.begin()->second == 1 + kShards);
+}
