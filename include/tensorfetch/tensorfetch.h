@@ -21,7 +21,10 @@
  *
  * ABI: the option and stats structs begin with a `size` field; set it with the matching
  * `*_init` function (or to `sizeof`), so that a library built against a newer header reads
- * only the fields the caller knows about. Numeric values of `tf_code` never change.
+ * only the fields the caller knows about. Structs the library hands out (`tf_progress`) also
+ * begin with `size`, set by the library: read a field only when `TF_HAS_FIELD(ptr, field)`,
+ * so that a caller built against a newer header works with an older library. New fields are
+ * only ever added at the end. Numeric values of `tf_code` never change.
  */
 #ifndef TENSORFETCH_TENSORFETCH_H
 #define TENSORFETCH_TENSORFETCH_H
@@ -34,6 +37,13 @@
 #else
 #define TF_API
 #endif
+
+/**
+ * Non-zero when the struct at `ptr` (which begins with `size_t size`) holds `field`: its
+ * `size` covers the field. E.g. `TF_HAS_FIELD(progress, files)` in a progress callback.
+ */
+#define TF_HAS_FIELD(ptr, field)                                                           \
+  ((ptr)->size >= (size_t)((const char*)&(ptr)->field - (const char*)(ptr)) + sizeof((ptr)->field))
 
 #ifdef __cplusplus
 #define TF_NOEXCEPT noexcept
@@ -165,11 +175,14 @@ typedef struct tf_open_options {
   const char* endpoint;
   /** CA bundle for TLS; NULL: `$CURL_CA_BUNDLE`, else the system's. Always verified. */
   const char* ca_file;
-  /** Hugging Face hub cache whose files are reused; NULL: `$HF_HUB_CACHE`, else
-   *  `$HF_HOME/hub`. */
+  /** The Hugging Face hub cache: files it holds (by sha256) are used instead of downloading
+   *  them, and `tf_publish_to_hf_cache` writes into it. NULL: `$HF_HUB_CACHE`, else
+   *  `$HF_HOME/hub` (`$HF_HOME` defaults to `~/.cache/huggingface`). */
   const char* hf_hub_cache;
-  /** 1: no network (open from the cache); 0: network; `TF_OFFLINE_FROM_ENV` (the
-   *  default): 1 when `$HF_HUB_OFFLINE` is `1`, `true` or `yes`. */
+  /** 1: no network at all: open from what earlier fetches recorded in the cache, and fail
+   *  fetches of bytes it does not hold with `TF_ERR_NOT_FETCHED`; 0: network;
+   *  `TF_OFFLINE_FROM_ENV` (the default): 1 when `$HF_HUB_OFFLINE` is `1`, `true`, `yes` or
+   *  `on` (any case). */
   int offline;
 } tf_open_options;
 
@@ -207,6 +220,13 @@ TF_API void tf_close(tf_checkpoint* checkpoint) TF_NOEXCEPT;
 
 /** Non-zero when the checkpoint is remote (a URL or a Hub repo). Any thread. */
 TF_API int tf_is_remote(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
+
+/**
+ * The commit every file was read at, when the Hub named one (`X-Repo-Commit`; 40 hex digits),
+ * else NULL (local checkpoints, plain URLs). Owned by the checkpoint, valid until `tf_close`.
+ * Any thread.
+ */
+TF_API const char* tf_commit(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
 
 /** Number of safetensors files (1, or the shards of an index). Any thread. */
 TF_API size_t tf_file_count(const tf_checkpoint* checkpoint) TF_NOEXCEPT;
@@ -270,23 +290,57 @@ TF_API int tf_find(const tf_checkpoint* checkpoint, const char* name, size_t* in
 /* ---------------------------------------------------------------------------------------- */
 /* Fetching                                                                                 */
 
-/** Progress of a fetch, handed to the callback. Owned by the library; valid during the call. */
+/**
+ * Progress of one file in a fetch (an element of `tf_progress.files`). This struct never
+ * grows: more per-file data would come as a new array in `tf_progress`.
+ */
+typedef struct tf_file_progress {
+  size_t file;          /**< position in the files (see `tf_file_path`) */
+  uint64_t bytes_done;  /**< bytes of this file transferred so far */
+  uint64_t bytes_total; /**< bytes of this file to transfer */
+} tf_file_progress;
+
+/**
+ * Progress of a fetch, handed to the callback. Owned by the library; valid during the call
+ * only (copy what you keep, `files` included). `size` is set by the library: the fields
+ * after `seconds` exist only when `TF_HAS_FIELD(progress, field)`.
+ */
 typedef struct tf_progress {
+  size_t size;           /**< sizeof(tf_progress) as the library knows it */
   uint64_t bytes_done;   /**< bytes transferred so far */
   uint64_t bytes_total;  /**< bytes to transfer (what the cache did not hold) */
-  uint64_t bytes_cached; /**< wanted bytes the cache already held */
+  uint64_t bytes_cached; /**< wanted bytes the cache already held (0 with a sink) */
   size_t files_done;     /**< files with nothing left to transfer */
   size_t files_total;    /**< files involved */
   double seconds;        /**< since the fetch started */
+  /** Number of elements of `files`: the files involved (`files_total`). */
+  size_t n_files;
+  /** Per file involved, in file order: its bytes done and to transfer. The sums over the
+   *  array are `bytes_done` and `bytes_total`. Owned by the library, valid during the call. */
+  const tf_file_progress* files;
 } tf_progress;
 
 /**
  * Progress callback: called on the fetching thread at most every 100 ms while data arrives,
  * and once at the end. Return 0 to go on, non-zero to cancel (the fetch then fails with
  * `TF_ERR_CANCELLED`; what arrived whole is kept in the cache). It must not call
- * `tf_fetch`, `tf_fetch_all` or `tf_close` on the same checkpoint.
+ * `tf_fetch`, `tf_fetch_all`, `tf_plan_fetch`, `tf_save_files`, `tf_publish_to_hf_cache` or
+ * `tf_close` on the same checkpoint.
  */
 typedef int (*tf_progress_fn)(const tf_progress* progress, void* user);
+
+/**
+ * Byte sink: receives fetched bytes instead of the cache (see `tf_fetch_options.sink`):
+ * `len` bytes at `data` of file `file` (position in the files, see `tf_file_path`), starting
+ * at byte `offset` of that file (file offsets: the 8-byte prefix and the header come first;
+ * a tensor's bytes start at 8 + header size + its `data_offsets` begin). `data` is owned by
+ * the library and valid during the call only. Pieces of one transfer arrive in order;
+ * transfers run in parallel (up to `connections`), so pieces of different ranges interleave,
+ * but never overlap. Called on the fetching thread. Return 0 to go on, non-zero to cancel:
+ * the sink is not called again, and the fetch fails with `TF_ERR_CANCELLED`. The same
+ * restrictions as for the progress callback apply.
+ */
+typedef int (*tf_sink_fn)(size_t file, uint64_t offset, const void* data, size_t len, void* user);
 
 /**
  * How to fetch. A plain value owned by the caller; initialize it with
@@ -295,7 +349,8 @@ typedef int (*tf_progress_fn)(const tf_progress* progress, void* user);
 typedef struct tf_fetch_options {
   /** sizeof(tf_fetch_options), as set by `tf_fetch_options_init`. */
   size_t size;
-  /** Parallel transfers; 0: `tf_open_options.connections`. */
+  /** The caller's concurrency limit: at most this many transfers (HTTP connections) at
+   *  once; 1 transfers one range after the other. 0: `tf_open_options.connections`. */
   size_t connections;
   /** Largest single range transfer in bytes; 0: 8 MiB. */
   uint64_t chunk_size;
@@ -304,8 +359,14 @@ typedef struct tf_fetch_options {
   uint64_t coalesce_gap;
   /** Progress callback, or NULL. */
   tf_progress_fn progress;
-  /** Passed to `progress` unchanged. */
+  /** Passed to `progress` and `sink` unchanged. */
   void* user;
+  /** When not NULL, every selected byte goes to this callback instead of the cache: the
+   *  cache is neither read nor written (bytes it holds are transferred again), the tensors
+   *  stay `TF_ERR_NOT_FETCHED` for `tf_tensor_data`, and nothing is verified against a
+   *  sha256 (hash the bytes yourself if you need to). For streaming loaders and for
+   *  download managers that store bytes themselves. */
+  tf_sink_fn sink;
 } tf_fetch_options;
 
 /**
@@ -315,13 +376,13 @@ typedef struct tf_fetch_options {
 typedef struct tf_fetch_stats {
   size_t size;                /**< sizeof(tf_fetch_stats), as set by `tf_fetch_stats_init` */
   uint64_t bytes_transferred; /**< bytes received over the network */
-  uint64_t bytes_cached;      /**< wanted bytes already in the cache */
+  uint64_t bytes_cached;      /**< wanted bytes already in the cache (0 with a sink) */
   uint64_t requests;          /**< HTTP requests sent (retries included) */
   uint64_t retries;           /**< of which retries */
   uint64_t chunks;            /**< planned transfers */
 } tf_fetch_stats;
 
-/** Sets `options` to the defaults (no callback). NULL is ignored. Any thread. */
+/** Sets `options` to the defaults (no callbacks). NULL is ignored. Any thread. */
 TF_API void tf_fetch_options_init(tf_fetch_options* options) TF_NOEXCEPT;
 
 /** Zeroes `stats` and sets its `size`. NULL is ignored. Any thread. */
@@ -334,6 +395,8 @@ TF_API void tf_fetch_stats_init(tf_fetch_stats* stats) TF_NOEXCEPT;
  * glob (fnmatch: `*`, `?`, `[...]`; `*` also matches `.`); a pattern that matches nothing
  * is `TF_ERR_NOT_FOUND` and nothing is fetched. `n` == 0 fetches nothing. A no-op for
  * local checkpoints (their bytes are already mapped). `options` and `stats` may be NULL.
+ * With `options->sink`, the bytes go to the sink instead (every selected byte, cached or
+ * not) and the cache is left alone.
  *
  * Thread-safety: blocks the calling thread. Fetches on one checkpoint run one at a time
  * (a second caller waits); the "any thread" functions may run meanwhile, and `tf_cancel`
@@ -349,6 +412,80 @@ TF_API tf_code tf_fetch(tf_checkpoint* checkpoint, const char* const* patterns, 
  */
 TF_API tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options,
                             tf_fetch_stats* stats, tf_error** err) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Planning: the transfers a fetch would make, for download managers that make them        */
+
+/**
+ * A list of planned transfers. Opaque; created by `tf_plan_fetch`, owned by the caller and
+ * destroyed by `tf_plan_free`. Independent of the checkpoint: it stays valid after
+ * `tf_close`. Read-only once made: the accessors may be called from any thread.
+ */
+typedef struct tf_plan tf_plan;
+
+/**
+ * Plans what `tf_fetch(checkpoint, patterns, n, options, ...)` would transfer, without
+ * transferring anything: the selected byte ranges minus what the cache holds (unless
+ * `options->sink` is set: then every selected byte), holes of at most
+ * `options->coalesce_gap` bytes coalesced, split into transfers of at most
+ * `options->chunk_size` bytes, in file and offset order (never overlapping). The
+ * callbacks and `connections` of `options` are not used; `options` may be NULL (defaults).
+ * Patterns as for `tf_fetch`. Empty for local checkpoints.
+ *
+ * Make each transfer with `GET url`, `Range: bytes=OFFSET-(OFFSET+LENGTH-1)` and, when
+ * `tf_plan_if_match` is not NULL, `If-Match: <that>`; expect `206` with exactly that
+ * `Content-Range` (`412` means the file changed on the server: open the checkpoint again).
+ * Send `Authorization: Bearer <token>` only when `tf_plan_send_token` says so. The bytes are
+ * the file's bytes at that offset; they do not enter tensorfetch's cache. Signed CDN URLs
+ * expire after a while (`403`): a plan does not renew them (`tf_fetch` does, for the
+ * transfers it makes), so make the transfers soon after planning.
+ *
+ * On success stores a new plan in `*out` (NULL on failure). Thread-safety: blocks the
+ * calling thread; runs one at a time with the fetches on the same checkpoint (waits for a
+ * running one). It may create the cache entry of a file (recording the bytes `tf_open` read).
+ */
+TF_API tf_code tf_plan_fetch(tf_checkpoint* checkpoint, const char* const* patterns, size_t n,
+                             const tf_fetch_options* options, tf_plan** out,
+                             tf_error** err) TF_NOEXCEPT;
+
+/** Number of transfers in the plan (0 for NULL). Any thread. */
+TF_API size_t tf_plan_count(const tf_plan* plan) TF_NOEXCEPT;
+
+/** Position in the files (see `tf_file_path`) of the file transfer `i` reads; 0 when out of
+ *  range. Any thread. */
+TF_API size_t tf_plan_file(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/**
+ * The URL to GET for transfer `i` (after redirects: for Hub files the CDN URL). Owned by the
+ * plan, valid until `tf_plan_free`; NULL when out of range. Any thread.
+ */
+TF_API const char* tf_plan_url(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/** First byte of transfer `i` in its file; 0 when out of range. Any thread. */
+TF_API uint64_t tf_plan_offset(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/** Bytes of transfer `i` (at least 1, at most the chunk size); 0 when out of range. Any
+ *  thread. */
+TF_API uint64_t tf_plan_length(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/**
+ * The ETag to send as `If-Match` for transfer `i` (quoted, as the server sent it), or NULL
+ * when there is none (or `i` is out of range). Owned by the plan, valid until
+ * `tf_plan_free`. Any thread.
+ */
+TF_API const char* tf_plan_if_match(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/**
+ * Non-zero when transfer `i`'s URL is on the endpoint's host, so the access token (the one
+ * given in `tf_open_options.token`, else `$HF_TOKEN` or `$HF_HOME/token`) is to be sent; 0
+ * otherwise (e.g. a CDN host, or no token). Any thread.
+ */
+TF_API int tf_plan_send_token(const tf_plan* plan, size_t i) TF_NOEXCEPT;
+
+/** Releases a plan; NULL is ignored. No accessor may run on it meanwhile or follow. */
+TF_API void tf_plan_free(tf_plan* plan) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
 
 /**
  * Asks the running fetch on `checkpoint` to stop: it fails with `TF_ERR_CANCELLED` the next
@@ -380,6 +517,22 @@ TF_API tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name,
  */
 TF_API tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir,
                              tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Publishes every file that is complete and verified in the cache (fetched whole with
+ * `tf_fetch_all`, or read from the Hugging Face cache) into the Hugging Face hub cache
+ * (`tf_open_options.hf_hub_cache`, else `$HF_HUB_CACHE`, else `$HF_HOME/hub`), laid out as
+ * huggingface_hub does: `models--ORG--NAME/blobs/<sha256>` (hard-linked from the cache when
+ * it is on the same file system, else copied), `snapshots/<commit>/<path>` (relative
+ * symlinks to the blobs), `refs/<revision>` (holding the commit), plus the index and
+ * `config.json` (blobs named by their git blob sha1), so that transformers finds them with
+ * `HF_HUB_OFFLINE=1`. Files without a sha256 (not LFS) or not whole in the cache are
+ * skipped. Stores the number of safetensors files published in `*published` (may be NULL).
+ * Hub repos only: else `TF_ERR_INVALID_ARGUMENT`. Any thread; runs one at a time with the
+ * fetches on the same checkpoint (waits for a running one).
+ */
+TF_API tf_code tf_publish_to_hf_cache(const tf_checkpoint* checkpoint, size_t* published,
+                                      tf_error** err) TF_NOEXCEPT;
 
 #ifdef __cplusplus
 }  /* extern "C" */

@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +30,11 @@ using tensorfetch::ErrorCode;
 struct tf_error {
   tf_code code;
   std::string message;
+};
+
+/// A plan handed to C: owned by the caller until tf_plan_free.
+struct tf_plan {
+  std::vector<tensorfetch::PlannedTransfer> transfers;
 };
 
 /// A checkpoint handed to C: the C++ object, plus what serializes fetches and cancels them.
@@ -221,6 +228,7 @@ tf_code cancelled(tf_error** err) noexcept {
 tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, tensorfetch::FetchOptions& out,
                       tf_error** err) {
   tf_progress_fn callback = nullptr;
+  tf_sink_fn sink = nullptr;
   void* user = nullptr;
   if (in != nullptr) {
     if (in->size == 0) {
@@ -232,12 +240,17 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     if (TF_HOLDS(tf_fetch_options, in, coalesce_gap) && in->coalesce_gap != 0) out.coalesce_gap = in->coalesce_gap;
     if (TF_HOLDS(tf_fetch_options, in, progress)) callback = in->progress;
     if (TF_HOLDS(tf_fetch_options, in, user)) user = in->user;
+    if (TF_HOLDS(tf_fetch_options, in, sink)) sink = in->sink;
   }
   std::atomic<bool>* flag = &checkpoint->cancel;
-  out.progress = [flag, callback, user](const tensorfetch::FetchProgress& p) noexcept {
+  // The per-file array handed to the callback; reused from call to call (all calls are on the
+  // fetching thread, one at a time).
+  auto files = std::make_shared<std::vector<tf_file_progress>>();
+  out.progress = [flag, callback, user, files](const tensorfetch::FetchProgress& p) noexcept {
     if (flag->load()) return false;
     if (callback == nullptr) return true;
     tf_progress c{};
+    c.size = sizeof(tf_progress);
     c.bytes_done = p.bytes_done;
     c.bytes_total = p.bytes_total;
     c.bytes_cached = p.bytes_cached;
@@ -245,12 +258,62 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     c.files_total = p.files_total;
     c.seconds = p.seconds;
     try {
+      files->resize(p.per_file.size());
+      for (std::size_t i = 0; i < p.per_file.size(); ++i) {
+        (*files)[i] = tf_file_progress{p.per_file[i].file, p.per_file[i].bytes_done, p.per_file[i].bytes_total};
+      }
+      c.n_files = files->size();
+      c.files = files->empty() ? nullptr : files->data();
+    } catch (...) {  // out of memory: report no per-file data rather than stop the fetch
+      c.n_files = 0;
+      c.files = nullptr;
+    }
+    try {
       return callback(&c, user) == 0 && !flag->load();
     } catch (...) {  // a C++ callback that throws: stop rather than unwind through the fetch
       return false;
     }
   };
+  if (sink != nullptr) {
+    // Once the sink asked to stop, pieces of other transfers still in flight are dropped: the
+    // sink is not called again (all calls are on the fetching thread).
+    auto stopped = std::make_shared<bool>(false);
+    out.sink = [sink, user, stopped](std::size_t file, std::uint64_t offset,
+                                     std::span<const std::byte> bytes) noexcept {
+      if (*stopped) return false;
+      try {
+        *stopped = sink(file, offset, bytes.data(), bytes.size(), user) != 0;
+      } catch (...) {  // as above
+        *stopped = true;
+      }
+      return !*stopped;
+    };
+  }
   return TF_OK;
+}
+
+// The selection of `patterns[0..n)` (exact names or globs), or the error; `what` names the
+// calling function in messages.
+tf_code select_patterns(const tf_checkpoint* checkpoint, const char* const* patterns, std::size_t n,
+                        const char* what, std::vector<tensorfetch::Selection>& out, tf_error** err) {
+  std::vector<tensorfetch::Selector> selectors;
+  selectors.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (patterns[i] == nullptr) {
+      return store_error(err, TF_ERR_INVALID_ARGUMENT, std::string(what) + ": patterns[",
+                         std::to_string(i) + "] is NULL");
+    }
+    selectors.push_back(tensorfetch::Selector{patterns[i], std::nullopt});
+  }
+  auto selection = checkpoint->checkpoint.select(selectors);
+  if (!selection) return store_error(err, selection.error());
+  out = std::move(*selection);
+  return TF_OK;
+}
+
+// Transfer `i` of a plan, or nullptr.
+const tensorfetch::PlannedTransfer* transfer_at(const tf_plan* plan, std::size_t i) noexcept {
+  return plan != nullptr && i < plan->transfers.size() ? &plan->transfers[i] : nullptr;
 }
 
 tf_code check_stats(const tf_fetch_stats* stats, tf_error** err) noexcept {
@@ -364,6 +427,12 @@ int tf_is_remote(const tf_checkpoint* checkpoint) noexcept {
   return checkpoint != nullptr && checkpoint->checkpoint.remote() ? 1 : 0;
 }
 
+const char* tf_commit(const tf_checkpoint* checkpoint) noexcept {
+  if (checkpoint == nullptr) return nullptr;
+  const auto& commit = checkpoint->checkpoint.commit();
+  return commit ? commit->c_str() : nullptr;
+}
+
 size_t tf_file_count(const tf_checkpoint* checkpoint) noexcept {
   return checkpoint != nullptr ? checkpoint->checkpoint.files().size() : 0;
 }
@@ -457,22 +526,75 @@ tf_code tf_fetch(tf_checkpoint* checkpoint, const char* const* patterns, size_t 
   if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: checkpoint is NULL");
   if (n > 0 && patterns == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: patterns is NULL");
   return guarded(err, [&]() -> tf_code {
-    std::vector<tensorfetch::Selector> selectors;
-    selectors.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (patterns[i] == nullptr) {
-        return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_fetch: patterns[", std::to_string(i) + "] is NULL");
-      }
-      selectors.push_back(tensorfetch::Selector{patterns[i], std::nullopt});
-    }
-    auto selection = checkpoint->checkpoint.select(selectors);
-    if (!selection) return store_error(err, selection.error());
+    std::vector<tensorfetch::Selection> selection;
+    if (tf_code c = select_patterns(checkpoint, patterns, n, "tf_fetch", selection, err); c != TF_OK) return c;
     return run_fetch(checkpoint, options, stats, err, [&](const tensorfetch::FetchOptions& fo) {
-      if (selection->empty()) return tensorfetch::Result<tensorfetch::FetchStats>(tensorfetch::FetchStats{});
-      return checkpoint->checkpoint.fetch(*selection, fo);
+      if (selection.empty()) return tensorfetch::Result<tensorfetch::FetchStats>(tensorfetch::FetchStats{});
+      return checkpoint->checkpoint.fetch(selection, fo);
     });
   });
 }
+
+tf_code tf_plan_fetch(tf_checkpoint* checkpoint, const char* const* patterns, size_t n,
+                      const tf_fetch_options* options, tf_plan** out, tf_error** err) noexcept {
+  clear_error(err);
+  if (out == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_plan_fetch: out is NULL");
+  *out = nullptr;
+  if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_plan_fetch: checkpoint is NULL");
+  if (n > 0 && patterns == nullptr) {
+    return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_plan_fetch: patterns is NULL");
+  }
+  return guarded(err, [&]() -> tf_code {
+    std::vector<tensorfetch::Selection> selection;
+    if (tf_code c = select_patterns(checkpoint, patterns, n, "tf_plan_fetch", selection, err); c != TF_OK) return c;
+    tensorfetch::FetchOptions fo;
+    if (tf_code c = fetch_options(checkpoint, options, fo, err); c != TF_OK) return c;
+    auto plan = std::make_unique<tf_plan>();
+    if (!selection.empty()) {
+      // plan() reads (and may create) the cache entries fetches write: one at a time.
+      std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
+      auto planned = checkpoint->checkpoint.plan(selection, fo);
+      if (!planned) return store_error(err, planned.error());
+      plan->transfers = std::move(*planned);
+    }
+    *out = plan.release();
+    return TF_OK;
+  });
+}
+
+size_t tf_plan_count(const tf_plan* plan) noexcept { return plan != nullptr ? plan->transfers.size() : 0; }
+
+size_t tf_plan_file(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr ? t->file : 0;
+}
+
+const char* tf_plan_url(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr ? t->url.c_str() : nullptr;
+}
+
+uint64_t tf_plan_offset(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr ? t->range.offset : 0;
+}
+
+uint64_t tf_plan_length(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr ? t->range.length : 0;
+}
+
+const char* tf_plan_if_match(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr && t->if_match ? t->if_match->c_str() : nullptr;
+}
+
+int tf_plan_send_token(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr && t->send_token ? 1 : 0;
+}
+
+void tf_plan_free(tf_plan* plan) noexcept { delete plan; }
 
 tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options, tf_fetch_stats* stats,
                      tf_error** err) noexcept {
@@ -515,6 +637,22 @@ tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir, tf_error
     std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
     auto saved = checkpoint->checkpoint.save_files(dir);
     if (!saved) return store_error(err, saved.error());
+    return TF_OK;
+  });
+}
+
+tf_code tf_publish_to_hf_cache(const tf_checkpoint* checkpoint, size_t* published, tf_error** err) noexcept {
+  clear_error(err);
+  if (published != nullptr) *published = 0;
+  if (checkpoint == nullptr) {
+    return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_publish_to_hf_cache: checkpoint is NULL");
+  }
+  return guarded(err, [&]() -> tf_code {
+    // Fetches write what publishing reads: one at a time.
+    std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
+    auto n = checkpoint->checkpoint.publish_to_hf_cache();
+    if (!n) return store_error(err, n.error());
+    if (published != nullptr) *published = *n;
     return TF_OK;
   });
 }

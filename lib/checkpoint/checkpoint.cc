@@ -137,8 +137,6 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
 
 }  // namespace
 
-namespace {
-
 // Opens a local file, index or directory into `impl`.
 Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
   std::string path = location;
@@ -198,8 +196,6 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
   }
   return {};
 }
-
-}  // namespace
 
 Result<void> Checkpoint::Impl::finish_open() {
   if (index) {

@@ -18,6 +18,9 @@ namespace tensorfetch {
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
                                        const OpenOptions& options);
 
+/// Opens a local file, index or directory (a checkpoint location on disk). In checkpoint.cc.
+[[nodiscard]] Result<void> open_local(Checkpoint::Impl& impl, const std::string& location);
+
 /// Opens a remote checkpoint from the cache alone (a manifest an earlier fetch recorded),
 /// without any request. In snapshot.cc.
 [[nodiscard]] Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>& keys);

@@ -478,6 +478,22 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   impl.offline = offline;
   if (offline) {
     auto r = open_offline(impl, impl.snapshot_keys);
+    if (!r && r.error().code == ErrorCode::NotFetched && !remote.hf_repo_dir.empty()) {
+      // Not fetched by tensorfetch: a snapshot of the Hugging Face cache, as huggingface_hub
+      // left it (refs/<rev> names the commit, unless the revision is one), is opened as local files.
+      const auto& hub = loc.hub;
+      std::string commit = hub.revision;
+      if (std::ifstream ref(remote.hf_repo_dir + "/refs/" + hub.revision); ref) std::getline(ref, commit);
+      const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
+      struct stat st {};
+      if (commit.find('/') == std::string::npos && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        impl.remote = false;
+        impl.commit = commit;
+        auto local = open_local(impl, hub.path ? dir + "/" + *hub.path : dir);
+        if (!local) return fail(local.error().with_context(std::string(location_text)));
+        return {};
+      }
+    }
     if (!r) return fail(r.error().with_context(std::string(location_text)));
     return {};
   }

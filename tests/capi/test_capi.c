@@ -8,12 +8,15 @@
  *                      read here with stdio), save_files, and every error path of the API.
  *   test_capi remote   the Hub-like test server as a process: open over HTTP, NOT_FETCHED
  *                      before a fetch, fetch by glob with a progress callback, cancel from the
- *                      callback and from another thread, fetch_all, save_files, remote errors.
+ *                      callback and from another thread, fetch_all, save_files, remote errors;
+ *                      a download manager (tf_plan_fetch, then the transfers made with libcurl),
+ *                      the byte sink, one connection with per-file progress, and
+ *                      tf_publish_to_hf_cache (the Hugging Face cache layout, then reused).
  *
  * Environment (set by tests/capi/meson.build): TENSORFETCH_REFERENCE_DIR,
  * TENSORFETCH_MAKE_CHECKPOINT_BIN, TENSORFETCH_TEST_SERVER_BIN.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* POSIX.1-2008 with XSI: realpath */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <openssl/evp.h>
+#include <strings.h>
 
 #include "tensorfetch/tensorfetch.h"
 
@@ -172,6 +177,32 @@ static void sha256_hex(const void* data, size_t len, char out[65]) {
   REQUIRE(EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL) == 1);
   for (i = 0; i < md_len && i < 32; ++i) snprintf(out + 2 * i, 3, "%02x", md[i]);
   out[64] = '\0';
+}
+
+/* The git blob id of some bytes: sha1("blob LEN\0" + bytes), as huggingface_hub names small
+ * files' blobs. */
+static void git_blob_sha1_hex(const void* data, size_t len, char out[41]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0, i;
+  char prefix[64];
+  int n = snprintf(prefix, sizeof prefix, "blob %zu", len);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  REQUIRE(ctx != NULL);
+  REQUIRE(EVP_DigestInit_ex(ctx, EVP_sha1(), NULL) == 1);
+  REQUIRE(EVP_DigestUpdate(ctx, prefix, (size_t)n + 1) == 1); /* with the NUL */
+  REQUIRE(EVP_DigestUpdate(ctx, data, len) == 1);
+  REQUIRE(EVP_DigestFinal_ex(ctx, md, &md_len) == 1);
+  EVP_MD_CTX_free(ctx);
+  for (i = 0; i < md_len && i < 20; ++i) snprintf(out + 2 * i, 3, "%02x", md[i]);
+  out[40] = '\0';
+}
+
+static void sha1_hex(const void* data, size_t len, char out[41]) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0, i;
+  REQUIRE(EVP_Digest(data, len, md, &md_len, EVP_sha1(), NULL) == 1);
+  for (i = 0; i < md_len && i < 20; ++i) snprintf(out + 2 * i, 3, "%02x", md[i]);
+  out[40] = '\0';
 }
 
 /* Runs argv[0] with stdout to /dev/null; returns its exit status (-1 if it did not exit). */
@@ -536,6 +567,44 @@ static void test_generated(void) {
     CHECK(tf_tensor_count(NULL) == 0 && tf_file_count(NULL) == 0 && tf_tensor_name(NULL, 0) == NULL);
   }
 
+  /* Plans, publishing and the commit of a local checkpoint: nothing to transfer, nothing to
+   * publish, no commit; and the argument checks. */
+  CHECK(tf_commit(ckpt) == NULL && tf_commit(NULL) == NULL);
+  {
+    tf_plan* plan = (tf_plan*)&plan; /* must be set */
+    size_t published = 99;
+    CHECK_CODE(tf_plan_fetch(ckpt, mlp, 2, NULL, &plan, &err), TF_OK, err);
+    CHECK(plan != NULL && tf_plan_count(plan) == 0);
+    CHECK(tf_plan_url(plan, 0) == NULL && tf_plan_if_match(plan, 0) == NULL && tf_plan_length(plan, 0) == 0);
+    tf_plan_free(plan);
+    plan = (tf_plan*)&plan;
+    CHECK_CODE(tf_plan_fetch(ckpt, missing, 2, NULL, &plan, &err), TF_ERR_NOT_FOUND, err);
+    CHECK(plan == NULL && contains(tf_error_message(err), "nope.*"));
+    tf_error_free(err);
+    CHECK_CODE(tf_plan_fetch(ckpt, with_null, 2, NULL, &plan, &err), TF_ERR_INVALID_ARGUMENT, err);
+    CHECK(contains(tf_error_message(err), "tf_plan_fetch: patterns[1]"));
+    tf_error_free(err);
+    CHECK_CODE(tf_plan_fetch(ckpt, mlp, 1, NULL, NULL, &err), TF_ERR_INVALID_ARGUMENT, err);
+    tf_error_free(err);
+    CHECK_CODE(tf_plan_fetch(NULL, mlp, 1, NULL, &plan, NULL), TF_ERR_INVALID_ARGUMENT, NULL);
+    CHECK(plan == NULL);
+    options.size = 0;
+    CHECK_CODE(tf_plan_fetch(ckpt, mlp, 1, &options, &plan, &err), TF_ERR_INVALID_ARGUMENT, err);
+    CHECK(contains(tf_error_message(err), "tf_fetch_options_init"));
+    tf_error_free(err);
+    tf_fetch_options_init(&options);
+    CHECK(options.sink == NULL && options.progress == NULL && options.user == NULL);
+    CHECK(tf_plan_count(NULL) == 0 && tf_plan_url(NULL, 0) == NULL && tf_plan_send_token(NULL, 0) == 0);
+    tf_plan_free(NULL);
+
+    CHECK_CODE(tf_publish_to_hf_cache(ckpt, &published, &err), TF_ERR_INVALID_ARGUMENT, err);
+    CHECK(published == 0 && contains(tf_error_message(err), "Hub"));
+    tf_error_free(err);
+    CHECK_CODE(tf_publish_to_hf_cache(NULL, NULL, &err), TF_ERR_INVALID_ARGUMENT, err);
+    tf_error_free(err);
+    err = NULL;
+  }
+
   /* save_files copies the checkpoint: the files, the index and config.json. */
   CHECK_CODE(tf_save_files(ckpt, saved, &err), TF_OK, err);
   for (f = 0; f < tf_file_count(ckpt); ++f) {
@@ -896,6 +965,978 @@ static void test_remote_generated(const char* endpoint, const char* root_repo) {
   free(saved);
 }
 
+/* ---- byte ranges per file: what a plan must hold ----------------------------------------- */
+
+#define MAX_FILES 4
+#define MAX_RANGES 256
+/* Bytes tf_open reads of each remote file (OpenOptions::header_window, 256 KiB): a fetch or a
+ * plan records them in the file's cache entry, so they are never planned again. */
+#define HEADER_WINDOW ((uint64_t)256 << 10)
+
+struct range {
+  uint64_t begin, end;
+};
+
+/* Sorted, disjoint, non-adjacent ranges. */
+struct range_set {
+  struct range r[MAX_RANGES];
+  size_t n;
+};
+
+static int range_cmp(const void* a, const void* b) {
+  const struct range* x = a;
+  const struct range* y = b;
+  return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Adds [begin, end), merging overlapping and adjacent ranges. */
+static void rs_add(struct range_set* s, uint64_t begin, uint64_t end) {
+  size_t i, k = 0;
+  if (begin >= end) return;
+  REQUIRE(s->n < MAX_RANGES);
+  s->r[s->n].begin = begin;
+  s->r[s->n].end = end;
+  ++s->n;
+  qsort(s->r, s->n, sizeof s->r[0], range_cmp);
+  for (i = 1; i < s->n; ++i) {
+    if (s->r[i].begin <= s->r[k].end) {
+      if (s->r[i].end > s->r[k].end) s->r[k].end = s->r[i].end;
+    } else {
+      s->r[++k] = s->r[i];
+    }
+  }
+  s->n = k + 1;
+}
+
+/* Removes [begin, end). */
+static void rs_subtract(struct range_set* s, uint64_t begin, uint64_t end) {
+  static struct range_set out;
+  size_t i;
+  out.n = 0;
+  for (i = 0; i < s->n; ++i) {
+    const struct range x = s->r[i];
+    REQUIRE(out.n + 2 <= MAX_RANGES);
+    if (x.end <= begin || x.begin >= end) {
+      out.r[out.n++] = x;
+      continue;
+    }
+    if (x.begin < begin) {
+      out.r[out.n].begin = x.begin;
+      out.r[out.n++].end = begin;
+    }
+    if (x.end > end) {
+      out.r[out.n].begin = end;
+      out.r[out.n++].end = x.end;
+    }
+  }
+  *s = out;
+}
+
+/* Merges ranges separated by holes of at most `gap` bytes (tf_fetch_options.coalesce_gap). */
+static void rs_coalesce(struct range_set* s, uint64_t gap) {
+  size_t i, k = 0;
+  if (s->n == 0) return;
+  for (i = 1; i < s->n; ++i) {
+    if (s->r[i].begin - s->r[k].end <= gap) {
+      s->r[k].end = s->r[i].end;
+    } else {
+      s->r[++k] = s->r[i];
+    }
+  }
+  s->n = k + 1;
+}
+
+static int rs_equal(const struct range_set* a, const struct range_set* b) {
+  size_t i;
+  if (a->n != b->n) return 0;
+  for (i = 0; i < a->n; ++i) {
+    if (a->r[i].begin != b->r[i].begin || a->r[i].end != b->r[i].end) return 0;
+  }
+  return 1;
+}
+
+static int rs_intersects(const struct range_set* s, uint64_t begin, uint64_t end) {
+  size_t i;
+  for (i = 0; i < s->n; ++i) {
+    if (s->r[i].begin < end && begin < s->r[i].end) return 1;
+  }
+  return 0;
+}
+
+static uint64_t rs_bytes(const struct range_set* s) {
+  uint64_t n = 0;
+  size_t i;
+  for (i = 0; i < s->n; ++i) n += s->r[i].end - s->r[i].begin;
+  return n;
+}
+
+static void rs_print(const char* label, size_t file, const struct range_set* s) {
+  size_t i;
+  fprintf(stderr, "  %s, file %zu:", label, file);
+  for (i = 0; i < s->n; ++i) fprintf(stderr, " [%" PRIu64 ", %" PRIu64 ")", s->r[i].begin, s->r[i].end);
+  fprintf(stderr, "\n");
+}
+
+/* CHECKs that the sets of every file are equal, printing both on failure. */
+static void check_sets(const struct range_set* got, const struct range_set* want, size_t files, const char* what) {
+  size_t f;
+  for (f = 0; f < files; ++f) {
+    if (!CHECK(rs_equal(&got[f], &want[f]))) {
+      fprintf(stderr, "  %s:\n", what);
+      rs_print("got", f, &got[f]);
+      rs_print("want", f, &want[f]);
+    }
+  }
+}
+
+/* The fewest transfers of at most `chunk` bytes that cover the sets. */
+static size_t min_transfers(const struct range_set* sets, size_t files, uint64_t chunk) {
+  size_t f, i, n = 0;
+  for (f = 0; f < files; ++f) {
+    for (i = 0; i < sets[f].n; ++i) n += (size_t)((sets[f].r[i].end - sets[f].r[i].begin + chunk - 1) / chunk);
+  }
+  return n;
+}
+
+/* ---- the served files, read here with stdio ------------------------------------------------ */
+
+struct source {
+  size_t files;
+  char* bytes[MAX_FILES];
+  size_t len[MAX_FILES];
+  uint64_t data_start[MAX_FILES]; /* 8 + header size: where data_offsets count from */
+  char sha256[MAX_FILES][65];
+};
+
+static void load_sources(tf_checkpoint* ckpt, const char* repo, struct source* src) {
+  size_t f;
+  int k;
+  memset(src, 0, sizeof *src);
+  src->files = tf_file_count(ckpt);
+  REQUIRE(src->files > 0 && src->files <= MAX_FILES);
+  for (f = 0; f < src->files; ++f) {
+    char* path = path_join(repo, tf_file_path(ckpt, f));
+    uint64_t header = 0;
+    src->bytes[f] = read_file(path, &src->len[f]);
+    REQUIRE(src->bytes[f] != NULL && src->len[f] >= 8);
+    CHECK(tf_file_size(ckpt, f) == src->len[f]);
+    for (k = 7; k >= 0; --k) header = (header << 8) | (unsigned char)src->bytes[f][k];
+    src->data_start[f] = 8 + header;
+    sha256_hex(src->bytes[f], src->len[f], src->sha256[f]);
+    free(path);
+  }
+}
+
+static void free_sources(struct source* src) {
+  size_t f;
+  for (f = 0; f < src->files; ++f) free(src->bytes[f]);
+}
+
+/* The file offsets [*begin, *end) of tensor `i`. */
+static void tensor_range(tf_checkpoint* ckpt, const struct source* src, size_t i, uint64_t* begin, uint64_t* end) {
+  uint64_t b = 0, e = 0;
+  REQUIRE(tf_tensor_data_offsets(ckpt, i, &b, &e) == TF_OK);
+  *begin = src->data_start[tf_tensor_file_index(ckpt, i)] + b;
+  *end = src->data_start[tf_tensor_file_index(ckpt, i)] + e;
+}
+
+static int starts_with(const char* s, const char* prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* The byte ranges of the tensors whose names start with one of `prefixes`, per file. */
+static void wanted_ranges(tf_checkpoint* ckpt, const struct source* src, const char* const* prefixes, size_t n,
+                          struct range_set* sets) {
+  size_t i, p, f;
+  for (f = 0; f < MAX_FILES; ++f) sets[f].n = 0;
+  for (i = 0; i < tf_tensor_count(ckpt); ++i) {
+    for (p = 0; p < n; ++p) {
+      if (starts_with(tf_tensor_name(ckpt, i), prefixes[p])) {
+        uint64_t b, e;
+        tensor_range(ckpt, src, i, &b, &e);
+        rs_add(&sets[tf_tensor_file_index(ckpt, i)], b, e);
+        break;
+      }
+    }
+  }
+}
+
+/*
+ * The transfers of `plan`, per file, merged where one ends where the next begins. CHECKs
+ * what every transfer must be: in file then offset order without overlap, 0 < length <=
+ * `chunk`, inside the file; the URL is the CDN's (the redirect target) and If-Match the
+ * file's sha256 (the CDN's ETag), quoted; no token (none was given). Returns the count.
+ */
+static size_t plan_ranges(const tf_plan* plan, const struct source* src, uint64_t chunk, struct range_set* sets) {
+  size_t i, f, n = tf_plan_count(plan);
+  size_t last_file = 0;
+  uint64_t last_end = 0;
+  for (f = 0; f < MAX_FILES; ++f) sets[f].n = 0;
+  for (i = 0; i < n; ++i) {
+    const size_t file = tf_plan_file(plan, i);
+    const uint64_t offset = tf_plan_offset(plan, i), length = tf_plan_length(plan, i);
+    const char* url = tf_plan_url(plan, i);
+    const char* if_match = tf_plan_if_match(plan, i);
+    char want_etag[80];
+    if (!CHECK(file < src->files)) continue;
+    CHECK(length > 0 && length <= chunk);
+    CHECK(offset + length <= src->len[file]);
+    if (!CHECK(i == 0 || file > last_file || (file == last_file && offset >= last_end))) {
+      fprintf(stderr, "  transfer %zu (file %zu, offset %" PRIu64 ") out of order\n", i, file, offset);
+    }
+    last_file = file;
+    last_end = offset + length;
+    CHECK(url != NULL && starts_with(url, "http://127.0.0.1:") && contains(url, src->sha256[file]));
+    snprintf(want_etag, sizeof want_etag, "\"%s\"", src->sha256[file]);
+    CHECK(if_match != NULL && strcmp(if_match, want_etag) == 0);
+    CHECK(tf_plan_send_token(plan, i) == 0);
+    rs_add(&sets[file], offset, offset + length);
+  }
+  return n;
+}
+
+/* ---- a download manager: the planned transfers made with libcurl ---------------------------- */
+
+struct body {
+  unsigned char* buf;
+  uint64_t cap, len;
+  int overflow;
+  char content_range[128];
+};
+
+static size_t on_body(char* data, size_t size, size_t n, void* user) {
+  struct body* b = user;
+  const size_t len = size * n;
+  if (b->len + len > b->cap) {
+    b->overflow = 1;
+    return 0;
+  }
+  memcpy(b->buf + b->len, data, len);
+  b->len += len;
+  return len;
+}
+
+static size_t on_header(char* data, size_t size, size_t n, void* user) {
+  struct body* b = user;
+  const size_t len = size * n;
+  if (len > 14 && strncasecmp(data, "Content-Range:", 14) == 0) {
+    size_t i = 14, k = 0;
+    while (i < len && data[i] == ' ') ++i;
+    while (i < len && data[i] != '\r' && data[i] != '\n' && k + 1 < sizeof b->content_range) {
+      b->content_range[k++] = data[i++];
+    }
+    b->content_range[k] = '\0';
+  }
+  return len;
+}
+
+/*
+ * Makes every transfer of `plan` with libcurl, as a download manager with its own scheduler
+ * would: GET url, Range: bytes=OFFSET-(OFFSET+LENGTH-1), If-Match. Each answer must be 206
+ * with exactly that Content-Range and the source file's bytes at that offset. The bytes are
+ * stored into `image[file]` (a buffer of the file's size) and marked in `have[file]`. Returns
+ * the bytes received.
+ */
+static uint64_t download_plan(const tf_plan* plan, const struct source* src, unsigned char** image,
+                              unsigned char** have) {
+  CURL* curl = curl_easy_init();
+  size_t i;
+  uint64_t total = 0;
+  REQUIRE(curl != NULL);
+  for (i = 0; i < tf_plan_count(plan); ++i) {
+    const size_t file = tf_plan_file(plan, i);
+    const uint64_t offset = tf_plan_offset(plan, i), length = tf_plan_length(plan, i);
+    struct curl_slist* headers = NULL;
+    struct body b;
+    char line[256], want_range[128];
+    long status = 0;
+    CURLcode rc;
+    REQUIRE(file < src->files && offset + length <= src->len[file]);
+    memset(&b, 0, sizeof b);
+    b.buf = malloc(length);
+    b.cap = length;
+    REQUIRE(b.buf != NULL);
+    snprintf(line, sizeof line, "Range: bytes=%" PRIu64 "-%" PRIu64, offset, offset + length - 1);
+    headers = curl_slist_append(headers, line);
+    if (tf_plan_if_match(plan, i) != NULL) {
+      snprintf(line, sizeof line, "If-Match: %s", tf_plan_if_match(plan, i));
+      headers = curl_slist_append(headers, line);
+    }
+    curl_easy_setopt(curl, CURLOPT_URL, tf_plan_url(plan, i));
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &b);
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    rc = curl_easy_perform(curl);
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    snprintf(want_range, sizeof want_range, "bytes %" PRIu64 "-%" PRIu64 "/%zu", offset, offset + length - 1,
+             src->len[file]);
+    if (!CHECK(rc == CURLE_OK && status == 206 && !b.overflow && b.len == length &&
+               strcmp(b.content_range, want_range) == 0)) {
+      fprintf(stderr, "  GET %s (%s): curl %d, HTTP %ld, %" PRIu64 " bytes, Content-Range \"%s\"\n",
+              tf_plan_url(plan, i), want_range, (int)rc, status, b.len, b.content_range);
+    } else {
+      CHECK(memcmp(b.buf, src->bytes[file] + offset, length) == 0);
+      memcpy(image[file] + offset, b.buf, length);
+      memset(have[file] + offset, 1, length);
+      total += length;
+    }
+    free(b.buf);
+  }
+  curl_easy_cleanup(curl);
+  return total;
+}
+
+static void alloc_images(const struct source* src, unsigned char** image, unsigned char** have) {
+  size_t f;
+  for (f = 0; f < src->files; ++f) {
+    image[f] = calloc(1, src->len[f]);
+    have[f] = calloc(1, src->len[f]);
+    REQUIRE(image[f] != NULL && have[f] != NULL);
+  }
+}
+
+static void free_images(const struct source* src, unsigned char** image, unsigned char** have) {
+  size_t f;
+  for (f = 0; f < src->files; ++f) {
+    free(image[f]);
+    free(have[f]);
+  }
+}
+
+static int g_sink_calls = 0;
+
+static int count_sink_calls(size_t file, uint64_t offset, const void* data, size_t len, void* user) {
+  (void)file;
+  (void)offset;
+  (void)data;
+  (void)len;
+  ++*(int*)user;
+  return 0;
+}
+
+/*
+ * A download manager on tensorfetch: plan a selection, make the transfers itself (libcurl),
+ * assemble the tensors. The plan leaves out what the cache holds (a tensor fetched before, and
+ * what open read), coalesces holes and splits transfers exactly as the fetch options say.
+ */
+static void test_remote_plan(const char* endpoint, const char* repo) {
+  char* cache = path_join(g_tmp, "cache-plan");
+  tf_open_options options;
+  tf_fetch_options fetch;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  tf_plan* plan = NULL;
+  const char* glob[] = {"model.layers.*"};
+  const char* prefixes[] = {"model.layers."};
+  const char* one[] = {"model.layers.0.self_attn.v_proj.weight"};
+  static struct range_set wanted[MAX_FILES], expected[MAX_FILES], got[MAX_FILES];
+  struct source src;
+  unsigned char* image[MAX_FILES] = {NULL};
+  unsigned char* have[MAX_FILES] = {NULL};
+  const void* data = NULL;
+  size_t len = 0, f, i, one_index = 0, one_file, n, unknown = 0;
+  uint64_t one_begin = 0, one_end = 0, hole, gaps[2];
+  int k;
+
+  remote_options(&options, endpoint, cache);
+  CHECK_CODE(tf_open("gen/model", &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  load_sources(ckpt, repo, &src);
+  wanted_ranges(ckpt, &src, prefixes, 1, wanted);
+
+  /* One tensor first, into the cache: in the middle of layer 0, past what open read. */
+  REQUIRE(tf_find(ckpt, one[0], &one_index));
+  one_file = tf_tensor_file_index(ckpt, one_index);
+  tensor_range(ckpt, &src, one_index, &one_begin, &one_end);
+  REQUIRE(one_begin >= HEADER_WINDOW && one_end < src.len[one_file]);
+  CHECK_CODE(tf_fetch(ckpt, one, 1, NULL, NULL, &err), TF_OK, err);
+  CHECK(tf_tensor_data(ckpt, one[0], &data, &len) == TF_OK && len == one_end - one_begin);
+
+  /* The plan of a glob that includes it (two files), in 64 KiB transfers, no coalescing across
+   * holes: the selected bytes minus that tensor and minus each file's first 256 KiB. */
+  tf_fetch_options_init(&fetch);
+  fetch.chunk_size = 65536;
+  fetch.coalesce_gap = 1;
+  CHECK_CODE(tf_plan_fetch(ckpt, glob, 1, &fetch, &plan, &err), TF_OK, err);
+  REQUIRE(plan != NULL);
+  for (f = 0; f < src.files; ++f) {
+    expected[f] = wanted[f];
+    rs_subtract(&expected[f], 0, src.len[f] < HEADER_WINDOW ? src.len[f] : HEADER_WINDOW);
+    if (f == one_file) rs_subtract(&expected[f], one_begin, one_end);
+    rs_coalesce(&expected[f], 1);
+  }
+  CHECK(src.files == 2 && wanted[0].n == 1 && wanted[1].n == 1); /* layer 0 in one file, layer 1 in the other */
+  CHECK(expected[one_file].n == 2);                                /* the cached tensor is a hole */
+  n = plan_ranges(plan, &src, 65536, got);
+  check_sets(got, expected, src.files, "plan minus the cache, 64 KiB chunks, gap 1");
+  CHECK(!rs_intersects(&got[one_file], one_begin, one_end));
+  CHECK(n == min_transfers(expected, src.files, 65536));
+  CHECK(n > 4);
+
+  /* The download manager makes them; then every selected tensor is assembled from its own
+   * transfers and what tensorfetch's cache serves, and equals the source. Only bytes of the
+   * first 256 KiB (cached by open, not served alone) may be missing. */
+  alloc_images(&src, image, have);
+  CHECK(download_plan(plan, &src, image, have) == rs_bytes(&expected[0]) + rs_bytes(&expected[1]));
+  for (i = 0; i < tf_tensor_count(ckpt); ++i) {
+    uint64_t b, e, x;
+    const char* name = tf_tensor_name(ckpt, i);
+    f = tf_tensor_file_index(ckpt, i);
+    if (!starts_with(name, prefixes[0])) continue;
+    tensor_range(ckpt, &src, i, &b, &e);
+    if (tf_tensor_data(ckpt, name, &data, &len) == TF_OK) {
+      REQUIRE(len == e - b);
+      memcpy(image[f] + b, data, len);
+      memset(have[f] + b, 1, len);
+    }
+    for (x = b; x < e; ++x) {
+      if (!have[f][x] && x >= HEADER_WINDOW) ++unknown;
+    }
+    for (x = b; x < e && (!have[f][x] || image[f][x] == (unsigned char)src.bytes[f][x]); ++x) {
+    }
+    if (!CHECK(x == e)) fprintf(stderr, "  %s differs from the source at byte %" PRIu64 "\n", name, x);
+  }
+  CHECK(unknown == 0);
+  /* What the download manager fetched did not enter tensorfetch's cache. */
+  CHECK(tf_tensor_data(ckpt, "model.layers.0.mlp.up_proj.weight", &data, &len) == TF_ERR_NOT_FETCHED);
+  free_images(&src, image, have);
+  tf_plan_free(plan);
+
+  /* Coalescing: the cached tensor is a hole of exactly `hole` bytes. A gap one byte smaller
+   * keeps the two ranges apart; a gap of `hole` bytes fetches across it (one range). With the
+   * default chunk size (8 MiB) each coalesced range is one transfer. */
+  hole = one_end - one_begin;
+  gaps[0] = hole - 1;
+  gaps[1] = hole;
+  for (k = 0; k < 2; ++k) {
+    tf_fetch_options_init(&fetch);
+    fetch.coalesce_gap = gaps[k];
+    CHECK_CODE(tf_plan_fetch(ckpt, glob, 1, &fetch, &plan, &err), TF_OK, err);
+    REQUIRE(plan != NULL);
+    for (f = 0; f < src.files; ++f) {
+      expected[f] = wanted[f];
+      rs_subtract(&expected[f], 0, src.len[f] < HEADER_WINDOW ? src.len[f] : HEADER_WINDOW);
+      if (f == one_file) rs_subtract(&expected[f], one_begin, one_end);
+      rs_coalesce(&expected[f], gaps[k]);
+    }
+    CHECK(expected[one_file].n == (k == 0 ? 2u : 1u));
+    n = plan_ranges(plan, &src, 8u << 20, got);
+    check_sets(got, expected, src.files, k == 0 ? "gap = hole - 1" : "gap = hole");
+    CHECK(n == expected[0].n + expected[1].n);
+    CHECK(rs_intersects(&got[one_file], one_begin, one_end) == k);
+    tf_plan_free(plan);
+  }
+
+  /* An odd chunk size: still the fewest transfers, none longer. */
+  tf_fetch_options_init(&fetch);
+  fetch.chunk_size = 10007;
+  fetch.coalesce_gap = 1;
+  CHECK_CODE(tf_plan_fetch(ckpt, glob, 1, &fetch, &plan, &err), TF_OK, err);
+  REQUIRE(plan != NULL);
+  for (f = 0; f < src.files; ++f) {
+    expected[f] = wanted[f];
+    rs_subtract(&expected[f], 0, src.len[f] < HEADER_WINDOW ? src.len[f] : HEADER_WINDOW);
+    if (f == one_file) rs_subtract(&expected[f], one_begin, one_end);
+  }
+  n = plan_ranges(plan, &src, 10007, got);
+  check_sets(got, expected, src.files, "10007-byte chunks");
+  CHECK(n == min_transfers(expected, src.files, 10007));
+  tf_plan_free(plan);
+
+  /* Planned for a sink, the cache is not subtracted: every selected byte. A download manager
+   * that stores the bytes itself assembles every selected tensor from its own transfers. */
+  tf_fetch_options_init(&fetch);
+  fetch.chunk_size = 65536;
+  fetch.coalesce_gap = 1;
+  fetch.sink = count_sink_calls; /* only its presence matters: a plan never calls it */
+  fetch.user = &g_sink_calls;
+  CHECK_CODE(tf_plan_fetch(ckpt, glob, 1, &fetch, &plan, &err), TF_OK, err);
+  REQUIRE(plan != NULL);
+  for (f = 0; f < src.files; ++f) {
+    expected[f] = wanted[f];
+    rs_coalesce(&expected[f], 1);
+  }
+  n = plan_ranges(plan, &src, 65536, got);
+  check_sets(got, expected, src.files, "plan for a sink: every selected byte");
+  CHECK(n == min_transfers(expected, src.files, 65536));
+  CHECK(g_sink_calls == 0);
+  alloc_images(&src, image, have);
+  CHECK(download_plan(plan, &src, image, have) == rs_bytes(&wanted[0]) + rs_bytes(&wanted[1]));
+  for (i = 0; i < tf_tensor_count(ckpt); ++i) {
+    uint64_t b, e, x;
+    f = tf_tensor_file_index(ckpt, i);
+    if (!starts_with(tf_tensor_name(ckpt, i), prefixes[0])) continue;
+    tensor_range(ckpt, &src, i, &b, &e);
+    for (x = b; x < e && have[f][x] && image[f][x] == (unsigned char)src.bytes[f][x]; ++x) {
+    }
+    if (!CHECK(x == e)) fprintf(stderr, "  %s: byte %" PRIu64 " missing or different\n", tf_tensor_name(ckpt, i), x);
+  }
+  free_images(&src, image, have);
+  tf_plan_free(plan);
+
+  /* Errors: a pattern that matches nothing; options never initialized. */
+  plan = (tf_plan*)&plan;
+  CHECK_CODE(tf_plan_fetch(ckpt, (const char* const[]){"model.layers.9.*"}, 1, NULL, &plan, &err), TF_ERR_NOT_FOUND,
+             err);
+  CHECK(plan == NULL && contains(tf_error_message(err), "model.layers.9.*"));
+  tf_error_free(err);
+
+  free_sources(&src);
+  tf_close(ckpt);
+  free(cache);
+}
+
+/* ---- the byte sink ---------------------------------------------------------------------- */
+
+struct sink_log {
+  const struct source* src;
+  unsigned char* image[MAX_FILES];
+  unsigned char* have[MAX_FILES];
+  uint64_t bytes;         /* received */
+  int calls;
+  uint64_t overlaps;      /* bytes received twice */
+  int out_of_range;       /* pieces outside their file */
+  int cancel_at;          /* return non-zero on this call (1-based); 0: never */
+  int calls_after_cancel; /* calls after that one */
+  /* Contiguous runs, in arrival order. */
+  size_t run_file[MAX_RANGES];
+  struct range run[MAX_RANGES];
+  size_t n_runs;
+};
+
+static void sink_log_init(struct sink_log* log, const struct source* src) {
+  size_t f;
+  memset(log, 0, sizeof *log);
+  log->src = src;
+  for (f = 0; f < src->files; ++f) {
+    log->image[f] = calloc(1, src->len[f]);
+    log->have[f] = calloc(1, src->len[f]);
+    REQUIRE(log->image[f] != NULL && log->have[f] != NULL);
+  }
+}
+
+static void sink_log_destroy(struct sink_log* log) {
+  size_t f;
+  for (f = 0; f < log->src->files; ++f) {
+    free(log->image[f]);
+    free(log->have[f]);
+  }
+}
+
+static int collect(size_t file, uint64_t offset, const void* data, size_t len, void* user) {
+  struct sink_log* log = user;
+  size_t x;
+  ++log->calls;
+  if (log->cancel_at != 0 && log->calls > log->cancel_at) ++log->calls_after_cancel;
+  if (file >= log->src->files || offset > log->src->len[file] || len > log->src->len[file] - offset ||
+      (len > 0 && data == NULL)) {
+    ++log->out_of_range;
+    return 1;
+  }
+  for (x = 0; x < len; ++x) log->overlaps += log->have[file][offset + x];
+  memcpy(log->image[file] + offset, data, len);
+  memset(log->have[file] + offset, 1, len);
+  log->bytes += len;
+  if (log->n_runs > 0 && log->run_file[log->n_runs - 1] == file && log->run[log->n_runs - 1].end == offset) {
+    log->run[log->n_runs - 1].end += len;
+  } else if (log->n_runs < MAX_RANGES) {
+    log->run_file[log->n_runs] = file;
+    log->run[log->n_runs].begin = offset;
+    log->run[log->n_runs].end = offset + len;
+    ++log->n_runs;
+  }
+  return log->cancel_at != 0 && log->calls >= log->cancel_at;
+}
+
+/* CHECKs that the sink received exactly the bytes of `wanted`, each once, equal to the source. */
+static void check_sink_bytes(const struct sink_log* log, const struct range_set* wanted) {
+  size_t f, i;
+  uint64_t total = 0;
+  CHECK(log->overlaps == 0 && log->out_of_range == 0);
+  for (f = 0; f < log->src->files; ++f) {
+    for (i = 0; i < wanted[f].n; ++i) {
+      uint64_t x;
+      const struct range r = wanted[f].r[i];
+      for (x = r.begin; x < r.end && log->have[f][x] && log->image[f][x] == (unsigned char)log->src->bytes[f][x]; ++x) {
+      }
+      if (!CHECK(x == r.end)) fprintf(stderr, "  file %zu: byte %" PRIu64 " missing or different\n", f, x);
+    }
+    total += rs_bytes(&wanted[f]);
+  }
+  CHECK(log->bytes == total); /* and no byte twice: nothing else either */
+}
+
+/* Fetching into a sink: exactly the selected bytes reach it (cached or not), the cache is left
+ * alone; with one connection they arrive in plan order; non-zero from the sink cancels. */
+static void test_remote_sink(const char* endpoint, const char* repo) {
+  char* cache = path_join(g_tmp, "cache-sink");
+  tf_open_options options;
+  tf_fetch_options fetch;
+  tf_fetch_stats stats;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  tf_plan* plan = NULL;
+  const char* patterns[] = {"model.layers.0.mlp.*", "lm_head.weight", "model.layers.1.input_layernorm.weight"};
+  const char* prefixes[] = {"model.layers.0.mlp.", "lm_head.weight", "model.layers.1.input_layernorm.weight"};
+  const char* up[] = {"model.layers.0.mlp.up_proj.weight"};
+  static struct range_set wanted[MAX_FILES], expected[MAX_FILES], got[MAX_FILES];
+  struct source src;
+  struct sink_log log;
+  const void* data = NULL;
+  size_t len = 0, f, i, k;
+
+  remote_options(&options, endpoint, cache);
+  CHECK_CODE(tf_open("gen/model", &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  load_sources(ckpt, repo, &src);
+  wanted_ranges(ckpt, &src, prefixes, 3, wanted);
+
+  /* One of the tensors is in the cache already: the sink gets its bytes all the same. */
+  CHECK_CODE(tf_fetch(ckpt, up, 1, NULL, NULL, &err), TF_OK, err);
+
+  sink_log_init(&log, &src);
+  tf_fetch_options_init(&fetch);
+  fetch.connections = 4;
+  fetch.chunk_size = 65536;
+  fetch.coalesce_gap = 1;
+  fetch.sink = collect;
+  fetch.user = &log;
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch(ckpt, patterns, 3, &fetch, &stats, &err), TF_OK, err);
+  check_sink_bytes(&log, wanted);
+  CHECK(stats.bytes_transferred == log.bytes && stats.bytes_cached == 0);
+  /* Nothing of it went into the cache. */
+  CHECK(tf_tensor_data(ckpt, "lm_head.weight", &data, &len) == TF_ERR_NOT_FETCHED);
+  CHECK(tf_tensor_data(ckpt, "model.layers.0.mlp.gate_proj.weight", &data, &len) == TF_ERR_NOT_FETCHED);
+  CHECK(tf_tensor_data(ckpt, "model.layers.0.mlp.down_proj.weight", &data, &len) == TF_ERR_NOT_FETCHED);
+  CHECK(tf_tensor_data(ckpt, up[0], &data, &len) == TF_OK);
+  sink_log_destroy(&log);
+
+  /* One connection: one transfer at a time, in the plan's order, so the pieces arrive as one
+   * contiguous run per planned range, in file and offset order. The plan for the same options
+   * is exactly what the fetch transferred. */
+  sink_log_init(&log, &src);
+  fetch.connections = 1;
+  fetch.user = &log;
+  CHECK_CODE(tf_plan_fetch(ckpt, patterns, 3, &fetch, &plan, &err), TF_OK, err);
+  REQUIRE(plan != NULL);
+  CHECK(log.calls == 0);
+  for (f = 0; f < src.files; ++f) {
+    expected[f] = wanted[f];
+    rs_coalesce(&expected[f], 1);
+  }
+  plan_ranges(plan, &src, 65536, got);
+  check_sets(got, expected, src.files, "plan for the sink");
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch(ckpt, patterns, 3, &fetch, &stats, &err), TF_OK, err);
+  check_sink_bytes(&log, wanted);
+  CHECK(stats.chunks == tf_plan_count(plan));
+  k = 0;
+  for (f = 0; f < src.files; ++f) {
+    for (i = 0; i < expected[f].n; ++i, ++k) {
+      if (!CHECK(k < log.n_runs && log.run_file[k] == f && log.run[k].begin == expected[f].r[i].begin &&
+                 log.run[k].end == expected[f].r[i].end)) {
+        fprintf(stderr, "  run %zu differs from file %zu [%" PRIu64 ", %" PRIu64 ")\n", k, f, expected[f].r[i].begin,
+                expected[f].r[i].end);
+      }
+    }
+  }
+  CHECK(log.n_runs == k);
+  tf_plan_free(plan);
+  sink_log_destroy(&log);
+
+  /* Non-zero from the sink cancels: TF_ERR_CANCELLED, and the sink is not called again. */
+  sink_log_init(&log, &src);
+  log.cancel_at = 3;
+  fetch.connections = 4;
+  fetch.user = &log;
+  CHECK_CODE(tf_fetch(ckpt, patterns, 3, &fetch, NULL, &err), TF_ERR_CANCELLED, err);
+  CHECK(contains(tf_error_message(err), "sink"));
+  tf_error_free(err);
+  err = NULL;
+  CHECK(log.calls == 3 && log.calls_after_cancel == 0);
+  CHECK(tf_tensor_data(ckpt, "lm_head.weight", &data, &len) == TF_ERR_NOT_FETCHED);
+  sink_log_destroy(&log);
+
+  /* A caller built against the header before `sink` existed: the field is not read (its
+   * size says so), and the bytes go into the cache. */
+  sink_log_init(&log, &src);
+  fetch.size = offsetof(tf_fetch_options, sink);
+  fetch.user = &log;
+  CHECK_CODE(tf_fetch(ckpt, patterns, 3, &fetch, NULL, &err), TF_OK, err);
+  CHECK(log.calls == 0);
+  CHECK(tf_tensor_data(ckpt, "lm_head.weight", &data, &len) == TF_OK);
+  if (tf_find(ckpt, "lm_head.weight", &i)) {
+    uint64_t b, e;
+    tensor_range(ckpt, &src, i, &b, &e);
+    CHECK(len == e - b && memcmp(data, src.bytes[tf_tensor_file_index(ckpt, i)] + b, len) == 0);
+  }
+  sink_log_destroy(&log);
+
+  free_sources(&src);
+  tf_close(ckpt);
+  free(cache);
+}
+
+/* ---- per-file progress ---------------------------------------------------------------------- */
+
+struct file_log {
+  int calls;
+  int bad;         /* calls whose data broke a rule (printed) */
+  int max_partial; /* most files seen at once with 0 < done < total */
+  size_t n_files;
+  tf_file_progress last[MAX_FILES];
+  uint64_t bytes_done, bytes_total;
+};
+
+static int log_files(const tf_progress* p, void* user) {
+  struct file_log* log = user;
+  uint64_t done = 0, total = 0;
+  size_t i;
+  int partial = 0, bad = 0;
+  ++log->calls;
+  if (!TF_HAS_FIELD(p, files) || p->size != sizeof(tf_progress) || p->n_files != p->files_total ||
+      p->n_files > MAX_FILES || (p->n_files > 0 && p->files == NULL)) {
+    fprintf(stderr, "  progress: size %zu, n_files %zu, files_total %zu\n", p->size, p->n_files, p->files_total);
+    ++log->bad;
+    return 0;
+  }
+  for (i = 0; i < p->n_files; ++i) {
+    const tf_file_progress* fp = &p->files[i];
+    if (i > 0 && fp->file <= p->files[i - 1].file) bad = 1;        /* in file order */
+    if (fp->bytes_done > fp->bytes_total) bad = 1;
+    if (log->n_files == p->n_files &&                               /* the same files; done grows */
+        (fp->file != log->last[i].file || fp->bytes_done < log->last[i].bytes_done ||
+         fp->bytes_total != log->last[i].bytes_total)) {
+      bad = 1;
+    }
+    if (fp->bytes_done > 0 && fp->bytes_done < fp->bytes_total) ++partial;
+    done += fp->bytes_done;
+    total += fp->bytes_total;
+  }
+  if (done != p->bytes_done || total != p->bytes_total) bad = 1; /* the sums are the totals */
+  if (bad) {
+    fprintf(stderr, "  progress call %d: %" PRIu64 "/%" PRIu64 " bytes; per file:", log->calls, p->bytes_done,
+            p->bytes_total);
+    for (i = 0; i < p->n_files; ++i) {
+      fprintf(stderr, " #%zu %" PRIu64 "/%" PRIu64, p->files[i].file, p->files[i].bytes_done, p->files[i].bytes_total);
+    }
+    fprintf(stderr, "\n");
+    ++log->bad;
+  }
+  if (partial > log->max_partial) log->max_partial = partial;
+  log->n_files = p->n_files;
+  for (i = 0; i < p->n_files; ++i) log->last[i] = p->files[i];
+  log->bytes_done = p->bytes_done;
+  log->bytes_total = p->bytes_total;
+  return 0;
+}
+
+/* connections = 1 and per-file progress: the files' figures add up to the totals, grow, and
+ * only one file is in transfer at a time. */
+static void test_remote_progress(const char* endpoint, const char* repo) {
+  char* cache = path_join(g_tmp, "cache-progress");
+  tf_open_options options;
+  tf_fetch_options fetch;
+  tf_fetch_stats stats;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  const char* lm_head[] = {"lm_head.weight"};
+  static struct range_set rest[MAX_FILES];
+  struct source src;
+  struct file_log log;
+  size_t f, index = 0;
+  uint64_t b = 0, e = 0;
+
+  remote_options(&options, endpoint, cache);
+  CHECK_CODE(tf_open("gen/model", &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  load_sources(ckpt, repo, &src);
+
+  /* A tensor of one file: one element, for that file. */
+  memset(&log, 0, sizeof log);
+  tf_fetch_options_init(&fetch);
+  fetch.connections = 1;
+  fetch.chunk_size = 65536;
+  fetch.progress = log_files;
+  fetch.user = &log;
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch(ckpt, lm_head, 1, &fetch, &stats, &err), TF_OK, err);
+  REQUIRE(tf_find(ckpt, lm_head[0], &index));
+  tensor_range(ckpt, &src, index, &b, &e);
+  CHECK(log.calls >= 1 && log.bad == 0 && log.max_partial <= 1);
+  CHECK(log.n_files == 1 && log.last[0].file == tf_tensor_file_index(ckpt, index));
+  CHECK(log.last[0].bytes_done == e - b && log.last[0].bytes_total == e - b);
+  CHECK(stats.bytes_transferred == e - b);
+
+  /* Everything, one transfer at a time: the rest of each file past what open read. */
+  memset(&log, 0, sizeof log);
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch_all(ckpt, &fetch, &stats, &err), TF_OK, err);
+  CHECK(log.calls >= 2 && log.bad == 0);
+  CHECK(log.max_partial <= 1);
+  CHECK(log.n_files == src.files);
+  for (f = 0; f < src.files && f < log.n_files; ++f) {
+    rest[f].n = 0;
+    rs_add(&rest[f], src.len[f] < HEADER_WINDOW ? src.len[f] : HEADER_WINDOW, src.len[f]);
+    if (f == tf_tensor_file_index(ckpt, index)) rs_subtract(&rest[f], b, e);
+    CHECK(log.last[f].file == f);
+    CHECK(log.last[f].bytes_done == log.last[f].bytes_total);
+    if (!CHECK(log.last[f].bytes_total == rs_bytes(&rest[f]))) {
+      fprintf(stderr, "  file %zu: %" PRIu64 " bytes to transfer, want %" PRIu64 "\n", f, log.last[f].bytes_total,
+              rs_bytes(&rest[f]));
+    }
+  }
+  CHECK(log.bytes_done == stats.bytes_transferred && log.bytes_total == stats.bytes_transferred);
+  CHECK(stats.chunks == min_transfers(rest, src.files, 65536));
+  CHECK(stats.requests == stats.chunks && stats.retries == 0); /* one request each, one after the other */
+  check_against_files(ckpt, repo);
+
+  free_sources(&src);
+  tf_close(ckpt);
+  free(cache);
+}
+
+/* ---- publishing into the Hugging Face cache ------------------------------------------------- */
+
+/* `snapshots/COMMIT/PATH` in `repo_dir` is a relative symlink to `blobs/BLOB`, a regular file
+ * with the bytes of `source`. */
+static void check_published(const char* repo_dir, const char* commit, const char* path, const char* source,
+                            const char* blob_name) {
+  char blob[1024], link[1024], target[1024], want[1024], real_link[4096], real_blob[4096];
+  struct stat st;
+  ssize_t n;
+  const char* p;
+  size_t w = 0;
+  snprintf(blob, sizeof blob, "%s/blobs/%s", repo_dir, blob_name);
+  snprintf(link, sizeof link, "%s/snapshots/%s/%s", repo_dir, commit, path);
+  if (!CHECK(stat(blob, &st) == 0 && S_ISREG(st.st_mode))) fprintf(stderr, "  no blob %s\n", blob);
+  if (!CHECK(files_equal(blob, source))) fprintf(stderr, "  %s differs from %s\n", blob, source);
+  if (!CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode))) {
+    fprintf(stderr, "  no symlink %s\n", link);
+    return;
+  }
+  n = readlink(link, target, sizeof target - 1);
+  REQUIRE(n > 0);
+  target[n] = '\0';
+  /* ../../blobs/BLOB from snapshots/COMMIT/, one more ../ per directory in PATH */
+  w += (size_t)snprintf(want + w, sizeof want - w, "../../");
+  for (p = path; *p != '\0'; ++p) {
+    if (*p == '/') w += (size_t)snprintf(want + w, sizeof want - w, "../");
+  }
+  snprintf(want + w, sizeof want - w, "blobs/%s", blob_name);
+  if (!CHECK(strcmp(target, want) == 0)) fprintf(stderr, "  %s -> %s, want %s\n", link, target, want);
+  CHECK(realpath(link, real_link) != NULL && realpath(blob, real_blob) != NULL && strcmp(real_link, real_blob) == 0);
+}
+
+/* tf_fetch_all, then tf_publish_to_hf_cache into a fresh hub cache: the layout huggingface_hub
+ * reads; then tensorfetch itself reads the published files (no transfer) and opens offline. */
+static void test_remote_publish(const char* endpoint, const char* repo, const char* manifest) {
+  char* cache = path_join(g_tmp, "cache-publish");
+  char* cache2 = path_join(g_tmp, "cache-publish-2");
+  char* hub = path_join(g_tmp, "hf-hub");
+  char* repo_dir = path_join(hub, "models--ref--tiny-sharded");
+  static const char* small_files[] = {"model.safetensors.index.json", "config.json"};
+  tf_open_options options;
+  tf_fetch_stats stats;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  tf_plan* plan = NULL;
+  const char* all[] = {"*"};
+  char want_commit[41], path[1024];
+  const char* commit;
+  char* ref;
+  size_t published = 99, f, i;
+  struct stat st;
+
+  remote_options(&options, endpoint, cache);
+  options.hf_hub_cache = hub;
+  CHECK_CODE(tf_open("hf://ref/tiny-sharded", &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  commit = tf_commit(ckpt);
+  sha1_hex("ref/tiny-sharded", strlen("ref/tiny-sharded"), want_commit); /* the test server's commit */
+  REQUIRE(commit != NULL);
+  CHECK(strcmp(commit, want_commit) == 0);
+
+  /* Nothing whole in the cache yet: no safetensors file is published. */
+  CHECK_CODE(tf_publish_to_hf_cache(ckpt, &published, &err), TF_OK, err);
+  CHECK(published == 0);
+  snprintf(path, sizeof path, "%s/snapshots/%s/%s", repo_dir, commit, tf_file_path(ckpt, 0));
+  CHECK(lstat(path, &st) != 0);
+
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch_all(ckpt, NULL, &stats, &err), TF_OK, err);
+  for (i = 0; i < 2; ++i) { /* publishing again changes nothing */
+    published = 0;
+    CHECK_CODE(tf_publish_to_hf_cache(ckpt, &published, &err), TF_OK, err);
+    CHECK(published == 3);
+    for (f = 0; f < tf_file_count(ckpt); ++f) {
+      char* source = path_join(repo, tf_file_path(ckpt, f));
+      size_t len = 0;
+      char* bytes = read_file(source, &len);
+      char sha[65];
+      REQUIRE(bytes != NULL);
+      sha256_hex(bytes, len, sha);
+      check_published(repo_dir, commit, tf_file_path(ckpt, f), source, sha);
+      free(bytes);
+      free(source);
+    }
+    for (f = 0; f < sizeof small_files / sizeof small_files[0]; ++f) {
+      char* source = path_join(repo, small_files[f]);
+      size_t len = 0;
+      char* bytes = read_file(source, &len);
+      char sha1[41];
+      REQUIRE(bytes != NULL);
+      git_blob_sha1_hex(bytes, len, sha1);
+      check_published(repo_dir, commit, small_files[f], source, sha1);
+      free(bytes);
+      free(source);
+    }
+    snprintf(path, sizeof path, "%s/refs/main", repo_dir);
+    ref = read_file(path, NULL);
+    if (CHECK(ref != NULL)) {
+      size_t n = strlen(ref);
+      while (n > 0 && (ref[n - 1] == '\n' || ref[n - 1] == '\r')) ref[--n] = '\0';
+      CHECK(strcmp(ref, commit) == 0);
+    }
+    free(ref);
+  }
+  tf_close(ckpt);
+
+  /* With an empty cache of its own and that hub cache, tensorfetch reads every file from the
+   * published blobs: nothing to plan, nothing transferred, every tensor right. */
+  remote_options(&options, endpoint, cache2);
+  options.hf_hub_cache = hub;
+  CHECK_CODE(tf_open("hf://ref/tiny-sharded", &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  CHECK_CODE(tf_plan_fetch(ckpt, all, 1, NULL, &plan, &err), TF_OK, err);
+  CHECK(plan != NULL && tf_plan_count(plan) == 0);
+  tf_plan_free(plan);
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch_all(ckpt, NULL, &stats, &err), TF_OK, err);
+  CHECK(stats.bytes_transferred == 0 && stats.requests == 0);
+  check_against_manifest(ckpt, manifest, "llama-tiny-sharded");
+  tf_close(ckpt);
+
+  /* Offline (no request at all) from what the first fetch recorded. */
+  remote_options(&options, endpoint, cache);
+  options.hf_hub_cache = hub;
+  options.offline = 1;
+  CHECK_CODE(tf_open("hf://ref/tiny-sharded", &options, &ckpt, &err), TF_OK, err);
+  if (ckpt != NULL) {
+    CHECK(tf_commit(ckpt) != NULL && strcmp(tf_commit(ckpt), want_commit) == 0);
+    check_against_manifest(ckpt, manifest, "llama-tiny-sharded");
+    tf_close(ckpt);
+  }
+
+  free(cache);
+  free(cache2);
+  free(hub);
+  free(repo_dir);
+}
+
 static void test_remote_errors(const char* endpoint) {
   char* cache = path_join(g_tmp, "cache-err");
   tf_open_options options;
@@ -948,9 +1989,15 @@ int main(int argc, char** argv) {
     }
     make_checkpoint(gen_repo, "128", "2048", "2");
     endpoint = start_server(root);
+    REQUIRE(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK);
     test_remote_reference(endpoint, manifest);
     test_remote_generated(endpoint, gen_repo);
+    test_remote_plan(endpoint, gen_repo);
+    test_remote_sink(endpoint, gen_repo);
+    test_remote_progress(endpoint, gen_repo);
+    test_remote_publish(endpoint, ref_repo, manifest);
     test_remote_errors(endpoint);
+    curl_global_cleanup();
     free(root);
     free(ref_repo);
     free(gen_repo);

@@ -5,7 +5,7 @@
 #    the man page (renders without warnings, documents every option of every --help);
 #  - the exports: only the public API, nothing of tensorfetch::detail, simdjson, nlohmann, curl;
 #  - tools/examples/list_tensors.c built as plain C with nothing but pkg-config's flags, run on
-#    the reference checkpoints;
+#    the reference checkpoints; the C example of README.md built the same way;
 #  - a C++20 consumer of the public C++ headers, built and run the same way.
 # Environment (tests/capi/meson.build): MESON BUILD_ROOT SOURCE_ROOT INSTALL_{BIN,LIB,INCLUDE,MAN}DIR
 # PROJECT_VERSION CC CXX CONSUMER_FLAGS TENSORFETCH_REFERENCE_DIR.
@@ -67,7 +67,8 @@ echo "libtensorfetch.so exports $exported symbols" \
   "($(grep -c ' T tf_' "$work/exports" || true) C functions)"
 grep -E 'tensorfetch::detail|simdjson|nlohmann|curl|Curl|CURL' "$work/exports" >"$work/leaks" || true
 check "no private symbol exported: $(head -5 "$work/leaks" | tr '\n' ';')" test ! -s "$work/leaks"
-for sym in tf_open tf_close tf_fetch tf_cancel tf_tensor_data tf_error_message \
+for sym in tf_open tf_close tf_fetch tf_cancel tf_tensor_data tf_error_message tf_plan_fetch tf_plan_free \
+  tf_publish_to_hf_cache tf_commit \
   'tensorfetch::Checkpoint::open(' 'tensorfetch::Checkpoint::view(' 'tensorfetch::parse_header(' \
   'tensorfetch::cache_list(' 'tensorfetch::version()'; do
   check "exported: $sym" grep -qF "$sym" "$work/exports"
@@ -122,6 +123,16 @@ set -e
 check "missing file: exit 1 (got $rc)" test "$rc" -eq 1
 check "missing file: message names the path and the code" \
   bash -c "grep -qF '$work/missing.safetensors' '$work/missing.err' && grep -qF NotFound '$work/missing.err'"
+
+# The C example of README.md ("Using it as a library") builds the same way (it is not run: it
+# opens a Hub repo).
+awk '/^## Using it as a library/ { in_section = 1 } in_section && /^```c$/ { in_code = 1; next }
+     in_code && /^```$/ { exit } in_code { print }' "$SOURCE_ROOT/README.md" >"$work/readme_example.c"
+check "README.md has a C example under 'Using it as a library'" grep -q tf_open "$work/readme_example.c"
+# shellcheck disable=SC2086
+check "the C example of README.md builds against the staged library" \
+  $CC ${CONSUMER_FLAGS:-} -std=c99 -Wall -Wextra -Wpedantic -Werror "$work/readme_example.c" $flags \
+  -o "$work/readme_example"
 
 # --- a C++ consumer of the public C++ headers ---------------------------------------------------
 # shellcheck disable=SC2086

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CLI contract for remote locations: network and remote errors exit 3 with a message that
-// names the repo or URL and what to do; a remote `inspect --json` exits 0. The built
+// names the repo or URL and what to do; a remote `inspect --json` exits 0; `download --hf-cache`
+// publishes into the Hugging Face cache layout. The built
 // `tensorfetch` binary runs against the in-process Hub-like server (tools/hubserver), whose
 // request log shows what the binary sent (attempts, Authorization).
 #include <arpa/inet.h>
@@ -331,4 +332,55 @@ TEST_CASE("cli remote: inspect --json over HTTP exits 0 and prints the documente
     CHECK_FALSE(rec.authorization);
     if (rec.kind == "cdn") CHECK(rec.range == "bytes=0-262143");
   }
+}
+
+TEST_CASE("cli remote: download --hf-cache publishes into $HF_HOME/hub (or $HF_HUB_CACHE) as huggingface_hub lays it out",
+          "[cli][remote][hf-cache]") {
+  Remote r;
+  TempDir out;
+  std::optional<TempDir> hub_cache;
+  fs::path hub = r.hf_home / "hub";
+  SECTION("$HF_HOME/hub") {}
+  SECTION("$HF_HUB_CACHE wins over $HF_HOME") {
+    hub_cache.emplace();
+    hub = hub_cache->path() / "hub";
+    r.env.set("HF_HUB_CACHE", hub.string());
+  }
+  const std::vector<std::string> args = {"download", "hf://org/tiny", "--endpoint", r.endpoint(), "-o",
+                                         (out / "model").string(), "--hf-cache"};
+  auto res = run(args);
+  INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(r.server->log()));
+  REQUIRE(res.exit_code == 0);
+  CHECK_THAT(res.err, Catch::Contains("published 1 file into the Hugging Face cache"));
+  CHECK(read_file(out / "model" / "model.safetensors") == r.file_bytes);
+  CHECK(read_file(out / "model" / "config.json") == read_file(r.root / "org" / "tiny" / "config.json"));
+
+  const fs::path repo = hub / "models--org--tiny";
+  const std::string commit = r.server->commit("org/tiny");
+  REQUIRE(commit.size() == 40);
+  // refs/main: the commit the download was read at.
+  CHECK(read_file(repo / "refs" / "main") == commit);
+  // The safetensors file: blobs/<sha256>, byte-identical; the snapshot entry is a relative
+  // symlink to it. config.json likewise, its blob named by its git blob sha1.
+  const std::string config = read_file(r.root / "org" / "tiny" / "config.json");
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> files = {
+      {"model.safetensors", {sha256_hex(r.file_bytes), r.file_bytes}},
+      {"config.json", {tensorfetch::testing::git_blob_sha1(config), config}},
+  };
+  for (const auto& [name, blob] : files) {
+    const auto& [blob_name, bytes] = blob;
+    INFO(name << " -> blobs/" << blob_name);
+    const fs::path blob_path = repo / "blobs" / blob_name;
+    const fs::path link = repo / "snapshots" / commit / name;
+    CHECK(fs::is_regular_file(fs::symlink_status(blob_path)));
+    CHECK(read_file(blob_path) == bytes);
+    REQUIRE(fs::is_symlink(fs::symlink_status(link)));
+    CHECK(fs::read_symlink(link) == fs::path("../../blobs") / blob_name);
+    CHECK(fs::equivalent(link, blob_path));
+  }
+  // Nothing else in the snapshot or the blobs, no temporary file anywhere.
+  CHECK(list_dir(repo / "snapshots" / commit) == std::vector<std::string>{"config.json", "model.safetensors"});
+  CHECK(list_dir(repo / "blobs").size() == 2);
+  CHECK(temp_leftovers(hub).empty());
+  if (hub_cache) CHECK_FALSE(fs::exists(r.hf_home / "hub"));
 }

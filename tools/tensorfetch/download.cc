@@ -26,7 +26,9 @@ int run_download(const DownloadOptions& options) {
   if (options.hf_cache) {
     auto n = ckpt->publish_to_hf_cache();
     if (!n) return report(n.error());
-    if (!options.quiet) std::cerr << "tensorfetch: published " << *n << " files into the Hugging Face cache\n";
+    if (!options.quiet) {
+      std::cerr << "tensorfetch: published " << *n << (*n == 1 ? " file" : " files") << " into the Hugging Face cache\n";
+    }
   }
   if (!options.quiet) {
     std::uint64_t total = 0;

@@ -26,8 +26,9 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
       ->check(CLI::Range(1000L, 3'600'000L));
   command.add_option("--cache-dir", options.cache_dir,
                      "Cache root (default: $TENSORFETCH_CACHE, $XDG_CACHE_HOME/tensorfetch or ~/.cache/tensorfetch)");
-  command.add_flag("--offline{true}", options.offline,
-                   "No network: use what earlier fetches left in the cache (also: HF_HUB_OFFLINE=1)");
+  // Absent, it must stay unset (not false), so that HF_HUB_OFFLINE decides.
+  command.add_flag_callback("--offline", [&options] { options.offline = true; },
+                            "No network: use what earlier fetches left in the cache (also: HF_HUB_OFFLINE=1)");
 }
 
 void add_fetch_options(CLI::App& command, FetchOptions& options) {
