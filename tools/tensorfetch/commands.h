@@ -64,6 +64,10 @@ int run_cache(const CacheOptions& options);
 /// Adds --chunk-size and --coalesce-gap.
 void add_fetch_options(CLI::App& command, FetchOptions& options);
 
+/// Checks, without creating anything, that directory `dir` exists or can be created: it is a
+/// directory, or its nearest existing ancestor is a writable directory.
+Result<void> check_output_dir(const std::string& dir);
+
 /// Prints `tensorfetch: error: MESSAGE` and returns the exit code for the error.
 int report(const Error& error);
 

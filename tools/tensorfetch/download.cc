@@ -2,6 +2,7 @@
 // `tensorfetch download`: the whole checkpoint (every safetensors file, the index,
 // config.json) into a directory, files named as in the repo.
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -11,6 +12,8 @@ namespace tensorfetch::cli {
 
 int run_download(const DownloadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  // The output directory must be usable before anything is downloaded.
+  if (auto r = check_output_dir(options.output); !r) return report(r.error());
   auto ckpt = Checkpoint::open(options.location, options.open);
   if (!ckpt) return report(ckpt.error());
   install_interrupt_handler();

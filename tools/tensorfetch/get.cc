@@ -2,6 +2,7 @@
 // `tensorfetch get`: copy selected tensors (or slices) into a new safetensors file.
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -49,6 +50,12 @@ Result<std::vector<Selector>> selectors(const Checkpoint& ckpt, const GetOptions
 int run_get(const GetOptions& options) {
   if (options.output.empty()) {
     return report(Error{ErrorCode::InvalidArgument, "-o/--output must name a file or directory"});
+  }
+  {
+    // Where the output goes must be creatable before anything is fetched.
+    const std::filesystem::path out_path(options.output);
+    const auto dir = options.output.ends_with('/') ? out_path : out_path.parent_path();
+    if (auto r = check_output_dir(dir.empty() ? std::string(".") : dir.string()); !r) return report(r.error());
   }
   auto ckpt = Checkpoint::open(options.location, options.open);
   if (!ckpt) return report(ckpt.error());

@@ -4,8 +4,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "commands.h"
 
 namespace tensorfetch::cli {
 
@@ -80,5 +85,19 @@ void install_interrupt_handler() {
 }
 
 bool interrupted() { return g_interrupted.load(); }
+
+Result<void> check_output_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  if (ec) return fail(ErrorCode::Io, dir + ": " + ec.message());
+  if (fs::exists(p, ec) && !fs::is_directory(p, ec)) return fail(ErrorCode::Io, dir + ": exists and is not a directory");
+  while (!fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  if (!fs::is_directory(p, ec)) return fail(ErrorCode::Io, dir + ": cannot be created (" + p.string() + " is not a directory)");
+  if (::access(p.c_str(), W_OK | X_OK) != 0) {
+    return fail(ErrorCode::Io, dir + ": cannot be created or written (" + p.string() + ": " + std::strerror(errno) + ")");
+  }
+  return {};
+}
 
 }  // namespace tensorfetch::cli
