@@ -133,8 +133,27 @@ Result<std::optional<BlobMeta>> load_meta(const std::string& path) {
   return parse_meta(ss.str());
 }
 
-Result<void> write_meta_file(const std::string& dir, const std::string& path, const BlobMeta& meta) {
-  const std::string text = to_json(meta).dump() + "\n";
+Result<void> write_meta_file(const std::string& path, const BlobMeta& meta) {
+  return write_file_atomically(path, to_json(meta).dump() + "\n");
+}
+
+std::string to_hex(const unsigned char* md, unsigned len) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out += hex[md[i] >> 4];
+    out += hex[md[i] & 15];
+  }
+  return out;
+}
+
+void punch_out(int fd, std::uint64_t size) {
+  if (size > 0) ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size));
+}
+
+}  // namespace
+
+Result<void> write_file_atomically(const std::string& path, std::string_view text) {
   std::ostringstream tmp_name;
   tmp_name << path << ".tmp-" << ::getpid() << "-" << std::this_thread::get_id();
   const std::string tmp = tmp_name.str();
@@ -164,25 +183,10 @@ Result<void> write_meta_file(const std::string& dir, const std::string& path, co
     ::unlink(tmp.c_str());
     return fail(sys_error(path, "cannot replace", err));
   }
-  sync_dir(dir);
+  const auto slash = path.rfind('/');
+  sync_dir(slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash));
   return {};
 }
-
-std::string to_hex(const unsigned char* md, unsigned len) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
-
-void punch_out(int fd, std::uint64_t size) {
-  if (size > 0) ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size));
-}
-
-}  // namespace
 
 std::string default_cache_root() {
   if (auto v = env("TENSORFETCH_CACHE"); !v.empty()) return v;
@@ -298,7 +302,7 @@ Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIden
       // The data file lost bytes it was recorded to hold: nothing in it can be trusted.
       (*meta)->extents.clear();
       (*meta)->complete = false;
-      if (auto w = write_meta_file(b->dir_, b->meta_path_, **meta); !w) return fail(w.error());
+      if (auto w = write_meta_file(b->meta_path_, **meta); !w) return fail(w.error());
     }
     if (::ftruncate(b->fd_, static_cast<off_t>(size)) != 0) {
       return fail(sys_error(b->data_path_, "cannot size the cache file", errno));
@@ -311,7 +315,7 @@ Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIden
     b->meta_.sha256 = identity.sha256;
     b->meta_.url = std::string(url.substr(0, url.find_first_of("?#")));
     b->meta_.etag = etag;
-    if (auto w = write_meta_file(b->dir_, b->meta_path_, b->meta_); !w) return fail(w.error());
+    if (auto w = write_meta_file(b->meta_path_, b->meta_); !w) return fail(w.error());
   }
   return b;
 }
@@ -419,7 +423,7 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   // discarded (a failed verification) must not come back from this object's memory.
   BlobMeta next = std::move(*disk);
   for (const auto& r : ranges) add_range(next.extents, r);
-  if (auto w = write_meta_file(dir_, meta_path_, next); !w) return fail(w.error());
+  if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
   meta_ = std::move(next);
   return {};
 }
@@ -485,7 +489,7 @@ Result<void> Blob::finish(const std::string& what) {
   if (expected && actual != expected) {
     next.extents.clear();
     next.complete = false;
-    if (auto w = write_meta_file(dir_, meta_path_, next); !w) return fail(w.error());
+    if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
     punch_out(fd_, size_);
     {
       std::lock_guard g(mutex_);
@@ -496,7 +500,7 @@ Result<void> Blob::finish(const std::string& what) {
   }
   next.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
   next.complete = true;
-  if (auto w = write_meta_file(dir_, meta_path_, next); !w) return fail(w.error());
+  if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
   ::fchmod(fd_, 0444);
   std::lock_guard g(mutex_);
   meta_ = std::move(next);
@@ -601,7 +605,7 @@ Result<void> verify_blob(const std::string& root, const std::string& id) {
     BlobMeta m = **meta;
     m.extents.clear();
     m.complete = false;
-    if (auto w = write_meta_file(dir, dir + "/meta.json", m); !w) return fail(w.error());
+    if (auto w = write_meta_file(dir + "/meta.json", m); !w) return fail(w.error());
     ::chmod(data.c_str(), 0644);
     int wfd = ::open(data.c_str(), O_RDWR | O_CLOEXEC);
     if (wfd >= 0) {

@@ -32,6 +32,11 @@ namespace tensorfetch::detail {
 /// `~/.cache/tensorfetch`.
 [[nodiscard]] std::string default_cache_root();
 
+/// Replaces `path` with `text` so that a reader sees the old or the new file, never a part:
+/// written to a temporary name beside it, fsync'd, renamed over, and the directory fsync'd.
+/// The directory must exist.
+[[nodiscard]] Result<void> write_file_atomically(const std::string& path, std::string_view text);
+
 /// Lower-case hex sha256 of `bytes` (OpenSSL).
 [[nodiscard]] std::string sha256_hex(std::string_view bytes);
 

@@ -10,6 +10,7 @@
 
 #include "cache/blob.h"
 #include "cache/mapped_file.h"
+#include "net/http_client.h"
 #include "tensorfetch/checkpoint.hpp"
 
 namespace tensorfetch {
@@ -56,7 +57,8 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::optional<std::string> config_json;        // config.json, when found
   std::uint64_t requests = 0;                    // HTTP requests sent by open
   // Remote only:
-  OpenOptions options;                           // as given to open
+  detail::HttpOptions http;                      // retries, timeouts, CA as open resolved them
+  std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
   std::vector<RemoteFileState> rfiles;           // one per file
   // Guards RemoteFileState::blob and ::range_url: `fetch` sets them while const members (views,
   // write) may read them on other threads.

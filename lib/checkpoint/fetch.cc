@@ -83,16 +83,8 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
     job.files.push_back(std::move(f));
   }
   auto& settings = job.settings;
-  const auto& o = impl.options;
-  settings.http.max_parallel = std::max<std::size_t>(1, options.connections ? options.connections : o.connections);
-  settings.http.max_retries = o.max_retries;
-  settings.http.backoff_base_ms = o.retry_backoff_ms;
-  settings.http.stall_timeout_ms = o.stall_timeout_ms;
-  settings.http.connect_timeout_ms = o.connect_timeout_ms;
-  settings.http.ca_file = !o.ca_file.empty() ? o.ca_file : [] {
-    const char* v = std::getenv("CURL_CA_BUNDLE");
-    return v ? std::string(v) : std::string();
-  }();
+  settings.http = impl.http;  // as open resolved them (CA bundle from CURL_CA_BUNDLE, ...)
+  settings.http.max_parallel = std::max<std::size_t>(1, options.connections ? options.connections : impl.connections);
   settings.token = impl.token;
   settings.token_authority = impl.token_authority;
   settings.max_gap = options.coalesce_gap;
@@ -219,18 +211,8 @@ Result<void> place_text(const std::string& text, const std::string& target) {
   std::error_code ec;
   auto parent = std::filesystem::path(target).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
-  int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out < 0) return fail(sys_error(tmp, "cannot create", errno));
-  bool ok = ::write(out, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(out) == 0;
-  int err = errno;
-  ::close(out);
-  if (!ok || ::rename(tmp.c_str(), target.c_str()) != 0) {
-    err = ok ? errno : err;
-    ::unlink(tmp.c_str());
-    return fail(sys_error(target, "cannot write", err));
-  }
-  return {};
+  if (ec) return fail(ErrorCode::Io, parent.string() + ": cannot create directory: " + ec.message());
+  return detail::write_file_atomically(target, text);
 }
 
 }  // namespace

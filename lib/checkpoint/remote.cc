@@ -458,7 +458,8 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
   remote.token = options.token ? *options.token : find_token();
   remote.token_authority = detail::url_authority(remote.endpoint);
-  impl.options = options;
+  impl.http = http;
+  impl.connections = options.connections;
   impl.endpoint = remote.endpoint;
   impl.token = remote.token;
   impl.token_authority = remote.token_authority;

@@ -4,11 +4,8 @@
 // its commit's), so that a later open with HF_HUB_OFFLINE=1 needs no request at all.
 //
 //   ROOT/snapshots/KEY.json   KEY = sha256 of (endpoint, repo, revision, path) or of the URL
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,16 +59,8 @@ Result<void> write_snapshot(const Checkpoint::Impl& impl) {
   std::filesystem::create_directories(impl.cache_root + "/snapshots", ec);
   if (ec) return fail(ErrorCode::Io, impl.cache_root + "/snapshots: cannot create: " + ec.message());
   for (const auto& key : impl.snapshot_keys) {
-    const std::string path = snapshot_path(impl.cache_root, key);
-    const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(ErrorCode::Io, tmp + ": cannot create: " + std::strerror(errno));
-    const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-    ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-      ::unlink(tmp.c_str());
-      return fail(ErrorCode::Io, path + ": cannot write the snapshot manifest");
-    }
+    auto r = detail::write_file_atomically(snapshot_path(impl.cache_root, key), text);
+    if (!r) return fail(r.error().with_context("the snapshot manifest"));
   }
   return {};
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -102,5 +103,38 @@ std::vector<std::string> list_dir(const fs::path& dir);
 
 /// Files in `dir` (recursively) whose name contains ".tmp-".
 std::vector<std::string> temp_leftovers(const fs::path& dir);
+
+/// Sets environment variables for the life of the object (the binary inherits the test's
+/// environment) and restores them afterwards.
+class EnvGuard {
+ public:
+  /// Nothing set yet.
+  EnvGuard() = default;
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  ~EnvGuard() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+  void set(const std::string& name, const std::optional<std::string>& value) {
+    if (!saved_.count(name)) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+    }
+    if (value) {
+      ::setenv(name.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
 
 }  // namespace clitest

@@ -19,42 +19,12 @@ namespace {
 
 constexpr const char* kRepo = "org/llama";
 
-// Sets environment variables for the life of the object; restores them afterwards.
-class Env {
- public:
-  Env() = default;
-  Env(const Env&) = delete;
-  Env& operator=(const Env&) = delete;
-  ~Env() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-  void set(const std::string& name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 // The reference sharded checkpoint served as org/llama, a cache and HF home of the test's own.
 struct Served {
   fs::path reference;
   TempDir root, cache, hf_home, work;
-  Env env;
+  EnvGuard env;
   std::unique_ptr<HubServer> server;
 
   explicit Served(fs::path ref) : reference(std::move(ref)) {

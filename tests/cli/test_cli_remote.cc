@@ -23,37 +23,6 @@ using tensorfetch::testing::RequestRecord;
 
 namespace {
 
-// Sets environment variables for the life of the object (the binary inherits the test's
-// environment) and restores them afterwards.
-class EnvGuard {
- public:
-  EnvGuard() = default;
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-  ~EnvGuard() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-  void set(const std::string& name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 // Two F32 tensors and one BF16 tensor, with __metadata__.
 const std::string kHeader =
