@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages tensorfetch needs (only those missing), with apt-get.
 # Usage: tools/install-deps.sh [--fuzz] [--bench]
 #   --fuzz   adds clang and libFuzzer for fuzz targets
-#   --bench  adds the peers and tools of tools/bench/partial_load.sh (nginx, aria2c, GNU time, jq)
+#   --bench  adds the peers and tools of tools/bench/partial_load.sh and real_network.sh (nginx, its
+#            stream module, aria2c, curl, openssl, GNU time, jq)
 set -euo pipefail
 
 packages=(
@@ -17,7 +18,7 @@ packages=(
 for arg in "$@"; do
   case $arg in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;     # libFuzzer + sanitizer runtimes
-    --bench) packages+=(nginx-light aria2 time jq) ;;      # partial_load.sh: server, peers, /usr/bin/time -v
+    --bench) packages+=(nginx-light libnginx-mod-stream aria2 curl openssl time jq) ;;  # servers, peers, time -v
     *) echo "usage: tools/install-deps.sh [--fuzz] [--bench]" >&2; exit 1 ;;
   esac
 done
