@@ -33,10 +33,13 @@ struct CheckpointFile {
 /// How to open a checkpoint. Defaults come from the environment, as the Hugging Face tools
 /// read it. A plain value.
 struct OpenOptions {
-  /// Hub endpoint; empty: `$HF_ENDPOINT`, else `https://huggingface.co`.
+  /// Hub endpoint; empty: `$HF_ENDPOINT`, else `https://huggingface.co`. An endpoint (or any
+  /// URL) with a space or a control character is refused (`InvalidArgument`).
   std::string endpoint;
   /// Access token; unset: `$HF_TOKEN`, else the file `$HF_HOME/token` (HF_HOME defaults to
-  /// `~/.cache/huggingface`). Sent as `Authorization: Bearer` to the endpoint host only.
+  /// `~/.cache/huggingface`; trailing whitespace and newlines of the file are ignored). Sent as
+  /// `Authorization: Bearer` to the endpoint host only. A token with a control character (CR,
+  /// LF, ...) is refused on open (`InvalidArgument`, naming its source, never the token).
   std::optional<std::string> token;
   /// CA bundle for TLS; empty: `$CURL_CA_BUNDLE`, else the system's. Verification is always on.
   std::string ca_file;
@@ -54,6 +57,11 @@ struct OpenOptions {
   long retry_backoff_ms = 250;
   /// A transfer that receives nothing for this long is retried.
   long stall_timeout_ms = 30'000;
+  /// Slowest acceptable transfer, in bytes per second, averaged over each window of
+  /// `stall_timeout_ms`: a transfer slower than this (a server dripping bytes) is abandoned and
+  /// retried from the last byte received; after `max_retries` it fails (`Network`) naming the
+  /// URL, the byte range and the rate seen. 0: only a window without any byte fails.
+  std::uint64_t min_rate = 1024;
   /// Connect (TCP + TLS) timeout.
   long connect_timeout_ms = 10'000;
   /// Root of the tensorfetch cache; empty: `$TENSORFETCH_CACHE`, else

@@ -34,19 +34,30 @@ std::string env(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
-// HF_TOKEN, else $HF_HOME/token (HF_HOME defaults to ~/.cache/huggingface).
-std::string find_token() {
-  if (auto t = env("HF_TOKEN"); !t.empty()) return t;
+// HF_TOKEN, else $HF_HOME/token (HF_HOME defaults to ~/.cache/huggingface; trailing
+// whitespace and newlines of the file are ignored). A token with a control character is
+// refused, naming where it came from (never the token): it would inject HTTP headers.
+Result<std::string> find_token() {
+  if (auto t = env("HF_TOKEN"); !t.empty()) {
+    if (auto ok = detail::check_token(t, "HF_TOKEN"); !ok) return fail(ok.error());
+    return t;
+  }
   std::string home = env("HF_HOME");
   if (home.empty()) {
     std::string user_home = env("HOME");
-    if (user_home.empty()) return {};
+    if (user_home.empty()) return std::string();
     home = user_home + "/.cache/huggingface";
   }
-  std::ifstream f(home + "/token");
-  std::string token;
-  std::getline(f, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  const std::string path = home + "/token";
+  std::ifstream f(path);
+  std::string token(4097, '\0');  // tokens are ~40 bytes
+  f.read(token.data(), static_cast<std::streamsize>(token.size()));
+  token.resize(static_cast<std::size_t>(f.gcount()));
+  if (token.size() > 4096) return fail(ErrorCode::InvalidArgument, path + ": larger than 4096 bytes, not a token");
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
+    token.pop_back();
+  }
+  if (auto ok = detail::check_token(token, path); !ok) return fail(ok.error());
   return token;
 }
 
@@ -444,6 +455,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   http.max_retries = options.max_retries;
   http.backoff_base_ms = options.retry_backoff_ms;
   http.stall_timeout_ms = options.stall_timeout_ms;
+  http.min_rate = options.min_rate;
   http.connect_timeout_ms = options.connect_timeout_ms;
   http.ca_file = !options.ca_file.empty() ? options.ca_file : env("CURL_CA_BUNDLE");
   Remote remote{impl, options, detail::HttpClient(http), {}, {}, {}, std::move(*location), std::nullopt, {}};
@@ -456,7 +468,18 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   remote.endpoint = !options.endpoint.empty() ? options.endpoint : env("HF_ENDPOINT");
   if (remote.endpoint.empty()) remote.endpoint = "https://huggingface.co";
   while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
-  remote.token = options.token ? *options.token : find_token();
+  if (auto ok = detail::check_url_text(remote.endpoint, options.endpoint.empty() ? "HF_ENDPOINT" : "the endpoint"); !ok) {
+    return fail(ok.error());
+  }
+  if (options.token) {
+    auto ok = detail::check_token(*options.token, "the token option (OpenOptions::token, tf_open_options.token)");
+    if (!ok) return fail(ok.error());
+    remote.token = *options.token;
+  } else {
+    auto token = find_token();
+    if (!token) return fail(token.error());
+    remote.token = std::move(*token);
+  }
   remote.token_authority = detail::url_authority(remote.endpoint);
   impl.http = http;
   impl.connections = options.connections;

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <chrono>
 #include <charconv>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -105,6 +106,12 @@ struct Transfer {
   curl_off_t last_dlnow = -1;
   long stall_ms = 0;
   bool stalled = false;
+  // Rate check (HttpOptions::min_rate): the current window's start and body bytes at that
+  // time; when the attempt was aborted as too slow, the rate it saw over its last window.
+  std::uint64_t min_rate = 0;
+  Clock::time_point window_start{};
+  curl_off_t window_dlnow = 0;
+  std::optional<double> slow_rate;
 
   // The range still wanted: the request's, minus what a sink already has.
   [[nodiscard]] std::optional<ByteRange> range() const {
@@ -205,17 +212,32 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
 
 // Aborts an attempt that received nothing for stall_ms (headers included): libcurl's own
 // low-speed check averages over its whole window and notices a stall after a partial body late.
-int on_progress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
+// Also aborts one that received less than min_rate bytes per second over a whole window of
+// stall_ms, unless that was all there was still to come (`dltotal`, when known): a server
+// dripping a few bytes a second is abandoned, and retried, instead of being waited for.
+int on_progress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
   const auto now = Clock::now();
   if (dlnow != t->last_dlnow) {
     t->last_dlnow = dlnow;
     t->last_byte = now;
-    return 0;
-  }
-  if (now - t->last_byte > std::chrono::milliseconds(t->stall_ms)) {
+  } else if (now - t->last_byte > std::chrono::milliseconds(t->stall_ms)) {
     t->stalled = true;
     return 1;
+  }
+  const auto window = now - t->window_start;
+  if (window >= std::chrono::milliseconds(t->stall_ms)) {
+    const double seconds = std::chrono::duration<double>(window).count();
+    const auto received = static_cast<double>(dlnow - t->window_dlnow);
+    double needed = static_cast<double>(t->min_rate) * seconds;
+    if (dltotal > 0) needed = std::min(needed, static_cast<double>(dltotal - t->window_dlnow));
+    if (received < needed) {
+      t->stalled = true;
+      t->slow_rate = received / seconds;
+      return 1;
+    }
+    t->window_start = now;
+    t->window_dlnow = dlnow;
   }
   return 0;
 }
@@ -251,6 +273,58 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 
 std::string range_text(const ByteRange& range) {
   return "bytes=" + std::to_string(range.offset) + "-" + std::to_string(range.end() - 1);
+}
+
+std::optional<std::size_t> find_control(std::string_view text, bool space_too) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F || (space_too && c == ' ')) return i;
+  }
+  return std::nullopt;
+}
+
+std::string quote_url(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c <= 0x20 || c >= 0x7F) {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+Result<void> check_header_value(std::string_view value, std::string_view what) {
+  if (auto at = find_control(value)) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(value[*at]));
+    return fail(ErrorCode::InvalidArgument, std::string(what) + " contains a control character (" + byte +
+                                                "); refused: it would break or inject HTTP header lines");
+  }
+  return {};
+}
+
+Result<void> check_token(std::string_view token, std::string_view source) {
+  if (auto ok = check_header_value(token, "the access token"); !ok) {
+    return fail(ok.error().with_context(source));
+  }
+  return {};
+}
+
+Result<void> check_url_text(std::string_view url, std::string_view what) {
+  if (auto at = find_control(url, true)) {
+    return fail(ErrorCode::InvalidArgument,
+                std::string(what) + " '" + quote_url(url) + "' contains " +
+                    (url[*at] == ' ' ? "a space" : "a control character") +
+                    " (shown percent-encoded); refused: encode it (%20 for a space)");
+  }
+  return {};
 }
 
 std::optional<ContentRange> parse_content_range(std::string_view value) {
@@ -292,6 +366,24 @@ std::optional<long> retry_after_ms(const Headers& headers, long long now) {
   return std::nullopt;
 }
 
+namespace {
+
+// What no request may carry to libcurl (see HttpRequest).
+Result<void> check_request(const HttpRequest& r) {
+  if (auto ok = check_url_text(r.url, "request URL"); !ok) return ok;
+  if (auto ok = check_header_value(r.bearer_token, "the access token"); !ok) {
+    return fail(ok.error().code, quote_url(r.url) + ": " + ok.error().message);
+  }
+  if (r.if_match) {
+    if (auto ok = check_header_value(*r.if_match, "If-Match (the pinned ETag)"); !ok) {
+      return fail(ok.error().code, quote_url(r.url) + ": " + ok.error().message);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 struct HttpClient::Impl {
   HttpOptions options;
   CURLM* multi = nullptr;
@@ -327,6 +419,10 @@ struct HttpClient::Impl {
     t.last_dlnow = -1;
     t.stall_ms = options.stall_timeout_ms;
     t.stalled = false;
+    t.min_rate = options.min_rate;
+    t.window_start = t.last_byte;
+    t.window_dlnow = 0;
+    t.slow_rate.reset();
     t.delivered_before = t.delivered;
     ++t.attempt;
     ++stats.requests;
@@ -400,8 +496,15 @@ struct HttpClient::Impl {
                                      : "the limit of " + std::to_string(req.max_body) + " bytes"));
         return Next::Done;
       }
-      const std::string what = t.stalled ? "stalled: nothing received for " + std::to_string(t.stall_ms) + " ms"
-                                         : (t.error[0] ? t.error : curl_easy_strerror(code));
+      std::string what = t.error[0] ? t.error : curl_easy_strerror(code);
+      if (t.slow_rate) {
+        char rate[32];
+        std::snprintf(rate, sizeof rate, "%.1f", *t.slow_rate);
+        what = std::string("too slow: ") + rate + " B/s over the last " + std::to_string(t.stall_ms) +
+               " ms, below the minimum of " + std::to_string(t.min_rate) + " B/s";
+      } else if (t.stalled) {
+        what = "stalled: nothing received for " + std::to_string(t.stall_ms) + " ms";
+      }
       if ((retryable_curl(code) || t.stalled) && t.attempt <= options.max_retries) {
         wait_ms = backoff_ms(t.attempt - 1);
         return Next::Retry;
@@ -422,6 +525,17 @@ struct HttpClient::Impl {
       if (static_cast<int>(t.response.redirects.size()) >= req.max_redirects) {
         result = fail(ErrorCode::BadResponse, describe(t) + ": more than " +
                                                   std::to_string(req.max_redirects) + " redirects");
+        return Next::Done;
+      }
+      if (ascii_lower(std::string_view(t.url).substr(0, 8)) == "https://" &&
+          ascii_lower(std::string_view(target).substr(0, 8)) != "https://") {
+        result = fail(ErrorCode::BadResponse, describe(t) + ": refused the redirect from https to " +
+                                                  quote_url(target) + " (a downgrade from TLS)");
+        return Next::Done;
+      }
+      if (find_control(target, true)) {
+        result = fail(ErrorCode::BadResponse, describe(t) + ": refused the redirect to " + quote_url(target) +
+                                                  " (a space or control character in the URL)");
         return Next::Done;
       }
       t.response.redirects.push_back(HttpHop{t.status, t.url, std::move(t.current_headers)});
@@ -495,7 +609,11 @@ struct HttpClient::Impl {
       transfers[i].index = i;
       transfers[i].url = requests[i].url;
       if ((requests[i].range && requests[i].range->length == 0) || (requests[i].sink && !requests[i].range)) {
-        results[i] = fail(ErrorCode::InvalidArgument, requests[i].url + ": empty or missing byte range");
+        results[i] = fail(ErrorCode::InvalidArgument, quote_url(requests[i].url) + ": empty or missing byte range");
+        continue;
+      }
+      if (auto bad = check_request(requests[i]); !bad) {
+        results[i] = fail(bad.error());
         continue;
       }
       ready.push_back(i);

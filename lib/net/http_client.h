@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tensorfetch/byte_range.hpp"
@@ -24,6 +25,11 @@ struct HttpOptions {
   std::size_t max_parallel = 16;       ///< transfers in flight at once
   long connect_timeout_ms = 10'000;    ///< TCP + TLS connect
   long stall_timeout_ms = 30'000;      ///< no byte received for this long: the attempt fails
+  /// Slowest acceptable transfer, in bytes per second, measured over each stall window
+  /// (`stall_timeout_ms`): an attempt that received less in a window (and less than what was
+  /// still to come) fails and is retried, resuming; after the retries the error names the URL,
+  /// the range and the rate seen. 0: only a window without any byte fails.
+  std::uint64_t min_rate = 1024;
   int max_retries = 5;                 ///< retries after the first attempt
   long backoff_base_ms = 250;          ///< first backoff; doubles per retry, jittered
   long backoff_max_ms = 20'000;        ///< cap of one backoff
@@ -46,7 +52,9 @@ class BodySink {
   virtual Result<void> write(std::uint64_t offset, std::span<const std::byte> data) = 0;
 };
 
-/// One request. A plain value.
+/// One request. A plain value. `perform` refuses, without sending anything, a URL with a
+/// space or a control character, and a token or `If-Match` with a control character (see
+/// `check_url_text`, `check_header_value`).
 struct HttpRequest {
   std::string url;                      ///< absolute http(s) URL
   std::optional<ByteRange> range;       ///< `Range: bytes=offset-(end-1)`; length > 0
@@ -109,7 +117,10 @@ class HttpClient {
   ~HttpClient();
 
   /// Runs every request concurrently (at most `max_parallel` at once), following redirects
-  /// and retrying 429, 5xx, stalls and connection failures. Returns one result per request,
+  /// and retrying 429, 5xx, stalls, too slow transfers (`HttpOptions::min_rate`) and connection
+  /// failures. A redirect from https to anything else (a downgrade to plaintext) is refused
+  /// (`BadResponse`, naming both URLs), as is a redirect to a URL with a space or a control
+  /// character. Returns one result per request,
   /// in order: the final response (any status, e.g. 404 with its headers), or an error for
   /// what no status describes (connection, TLS, timeout after retries; a 206 whose
   /// Content-Range is not what was asked; a body longer than the range or than `max_body`).
@@ -144,5 +155,27 @@ class HttpClient {
 
 /// The `bytes=a-b` text of a range.
 [[nodiscard]] std::string range_text(const ByteRange& range);
+
+/// The first control character of `text` (C0 or DEL; with `space_too`, also a space), or
+/// nullopt. Such bytes would end or inject an HTTP header line, or split a URL. Pure.
+[[nodiscard]] std::optional<std::size_t> find_control(std::string_view text, bool space_too = false);
+
+/// `text` with its control characters, spaces, `%` and bytes above 0x7E percent-encoded: a
+/// URL as it may be quoted in a message, whatever a server put in it. Pure.
+[[nodiscard]] std::string quote_url(std::string_view text);
+
+/// Checks a value that goes into an HTTP request header (`Authorization`, `If-Match`, ...):
+/// no control character. `what` names it in the error (`InvalidArgument`), which never
+/// contains the value itself (it may be a secret). Pure.
+[[nodiscard]] Result<void> check_header_value(std::string_view value, std::string_view what);
+
+/// Checks an access token before it is used: no control character. `source` says where it
+/// came from (`HF_TOKEN`, the token file's path, the open options); the error
+/// (`InvalidArgument`) names it and never the token. Pure.
+[[nodiscard]] Result<void> check_token(std::string_view token, std::string_view source);
+
+/// Checks a URL before libcurl sees it: no space and no control character. `what` names it
+/// (e.g. `HF_ENDPOINT`); the error (`InvalidArgument`) quotes it with `quote_url`. Pure.
+[[nodiscard]] Result<void> check_url_text(std::string_view url, std::string_view what);
 
 }  // namespace tensorfetch::detail

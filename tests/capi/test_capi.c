@@ -1951,6 +1951,55 @@ static void test_remote_errors(const char* endpoint) {
   free(cache);
 }
 
+/* GETs `endpoint` + `path` (an admin route of the test server) into `out` (NUL-terminated, at
+ * most `cap` - 1 bytes). Returns the HTTP status. */
+static long admin_get(const char* endpoint, const char* path, char* out, size_t cap) {
+  struct body b;
+  char url[512];
+  long status = 0;
+  CURL* curl = curl_easy_init();
+  REQUIRE(curl != NULL);
+  memset(&b, 0, sizeof b);
+  b.buf = (unsigned char*)out;
+  b.cap = cap - 1;
+  snprintf(url, sizeof url, "%s%s", endpoint, path);
+  curl_easy_setopt(curl, CURLOPT_URL, url);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_cleanup(curl);
+  out[b.len] = '\0';
+  return status;
+}
+
+/* Issue 14, item 5: a token with CR/LF (or any control character) given in
+ * tf_open_options.token is refused before any request: TF_ERR_INVALID_ARGUMENT (exit 1), a
+ * message naming the option and never the token; the server's log stays empty. */
+static void test_remote_token_injection(const char* endpoint) {
+  static const char* bad_tokens[] = {"hf_secret\r\nX-Evil: 1", "hf_secret\n", "hf_secret\x1b[2J"};
+  char* cache = path_join(g_tmp, "cache-token");
+  char log[4096];
+  size_t i;
+  tf_open_options options;
+  remote_options(&options, endpoint, cache);
+  for (i = 0; i < sizeof bad_tokens / sizeof bad_tokens[0]; ++i) {
+    tf_checkpoint* ckpt = (tf_checkpoint*)&ckpt;
+    tf_error* err = NULL;
+    REQUIRE(admin_get(endpoint, "/_admin/clear", log, sizeof log) == 200);
+    options.token = bad_tokens[i];
+    CHECK_CODE(tf_open("hf://gen/model", &options, &ckpt, &err), TF_ERR_INVALID_ARGUMENT, err);
+    CHECK(ckpt == NULL);
+    CHECK(tf_code_exit_code(tf_error_code(err)) == 1);
+    CHECK(contains(tf_error_message(err), "tf_open_options.token"));
+    CHECK(contains(tf_error_message(err), "control character"));
+    CHECK(!contains(tf_error_message(err), "hf_secret") && !contains(tf_error_message(err), "Evil"));
+    tf_error_free(err);
+    REQUIRE(admin_get(endpoint, "/_admin/log", log, sizeof log) == 200);
+    if (!CHECK(log[0] == '\0')) fprintf(stderr, "  requests were sent:\n%s\n", log);
+  }
+  free(cache);
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
@@ -1997,6 +2046,7 @@ int main(int argc, char** argv) {
     test_remote_progress(endpoint, gen_repo);
     test_remote_publish(endpoint, ref_repo, manifest);
     test_remote_errors(endpoint);
+    test_remote_token_injection(endpoint);
     curl_global_cleanup();
     free(root);
     free(ref_repo);

@@ -565,3 +565,86 @@ TEST_CASE("switches are off by default and reset_switches restores the options",
   CHECK(r->get_header_value("ETag") == "\"" + sha256_hex(content) + "\"");
   for (const auto& rec : s.log()) CHECK(rec.fault.empty());
 }
+
+TEST_CASE("drip trickles a body: k bytes per interval (also through /_admin/set)", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.drip(4, 100, 1, "/cdn/");
+  auto t0 = std::chrono::steady_clock::now();
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str(), {{"Range", "bytes=0-19"}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->body == content.substr(0, 20));
+  CHECK(ms_since(t0) >= 400);  // 5 pieces of 4 bytes, 4 pauses of 100 ms
+  // n = 1: the next one is quick.
+  t0 = std::chrono::steady_clock::now();
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-19"}});
+  REQUIRE(r);
+  CHECK(ms_since(t0) < 300);
+  auto hub = f.hub();
+  REQUIRE(hub.Get("/_admin/set?drip=10&interval_ms=50&n=1"));
+  t0 = std::chrono::steady_clock::now();
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-29"}});
+  REQUIRE(r);
+  CHECK(r->body == content.substr(0, 30));
+  CHECK(ms_since(t0) >= 100);
+  auto log = s.log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[1].fault == "drip");
+  CHECK(log[1].body_bytes == 20);
+  CHECK_FALSE(log[1].dropped);
+  CHECK(log[1].end_ms - log[1].start_ms >= 399);
+  CHECK(log[2].fault.empty());
+  CHECK(log[3].fault == "drip");
+}
+
+TEST_CASE("set_cdn_base points CDN redirects elsewhere, e.g. plain http behind a TLS Hub", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  s.set_cdn_base("http://127.0.0.1:1");
+  auto hub = f.hub();
+  auto r = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(r);
+  CHECK(r->status == 302);
+  CHECK_THAT(r->get_header_value("Location"), Catch::StartsWith("http://127.0.0.1:1/cdn/"));
+  REQUIRE(hub.Get("/_admin/set?cdn_base="));  // back to the server's own CDN host
+  r = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(r);
+  CHECK_THAT(r->get_header_value("Location"),
+             Catch::StartsWith("http://127.0.0.1:" + std::to_string(s.port()) + "/cdn/"));
+  REQUIRE(hub.Get("/_admin/set?cdn_base=http%3A%2F%2Fexample.invalid%3A9"));
+  r = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(r);
+  CHECK_THAT(r->get_header_value("Location"), Catch::StartsWith("http://example.invalid:9/cdn/"));
+  auto log = s.log();
+  REQUIRE(log.size() == 3);
+  CHECK_THAT(log[0].location, Catch::StartsWith("http://127.0.0.1:1/cdn/"));
+}
+
+TEST_CASE("set_header replaces a response header with a hostile value on matching responses", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  const std::string hostile = "bytes \x1b[2J\x07 0-9/100000";
+  s.set_header("Content-Range", hostile, 1, "/cdn/");
+  auto raw = raw_request(s.port(), raw_get(host_of(s, true), target, {"Range: bytes=0-9"}));
+  CHECK(header_value(raw.headers(), "Content-Range") == hostile);
+  CHECK(raw.headers().find("Content-Range", raw.headers().find("Content-Range") + 1) == std::string::npos);
+  auto hub = f.hub();
+  REQUIRE(hub.Get("/_admin/set?header=X-Repo-Commit&value=not-a-commit&n=1&match=config.json"));
+  auto r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->get_header_value("X-Repo-Commit") == "not-a-commit");
+  r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->get_header_value("X-Repo-Commit") != "not-a-commit");
+  auto log = s.log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[1].fault == "header");
+  CHECK(log[1].content_range == hostile);
+  CHECK(log[2].fault == "header");
+  CHECK(log[3].fault.empty());
+}

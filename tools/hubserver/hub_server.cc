@@ -352,6 +352,12 @@ struct Switches {
   OverlongMode overlong_mode = OverlongMode::ContentLength;
   int etag_change_after = -1;
   std::int64_t cdn_count = 0;
+  Trigger drip;
+  std::uint64_t drip_bytes = 1;
+  int drip_interval_ms = 1000;
+  std::string cdn_base;  // redirects to the CDN use this instead of scheme://cdn_host:port
+  Trigger header;
+  std::string header_name, header_value;
 
   static Switches from(const Options& o) {
     Switches s;
@@ -590,9 +596,14 @@ struct HubServer::Impl {
       ttl = sw.cdn_url_ttl_ms;
     }
     if (ttl <= 0) ttl = 365LL * 24 * 3600 * 1000;
+    std::string base;
+    {
+      std::lock_guard lk(sw_mu);
+      base = sw.cdn_base;
+    }
+    if (base.empty()) base = scheme() + "://" + opt.cdn_host + ":" + std::to_string(port);
     std::string expires = std::to_string(epoch_ms() + ttl);
-    return scheme() + "://" + opt.cdn_host + ":" + std::to_string(port) + "/cdn/" + sha +
-           "?expires=" + expires + "&sig=" + sign(sha, expires);
+    return base + "/cdn/" + sha + "?expires=" + expires + "&sig=" + sign(sha, expires);
   }
 
   // Registers a file as a CDN blob; returns its sha256.
@@ -770,6 +781,8 @@ struct HubServer::Impl {
     bool xor_change = false;
     std::optional<std::uint64_t> drop_at, stall_at;
     int stall_ms = -1;
+    std::uint64_t drip_bytes = 0;  // > 0: send this many bytes per drip_ms
+    int drip_ms = 0;
     std::uint64_t extra = 0;
     std::optional<OverlongMode> overlong;
   };
@@ -792,6 +805,13 @@ struct HubServer::Impl {
       }
       std::size_t want =
           static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), limit - sent));
+      if (plan.drip_bytes > 0) {
+        want = static_cast<std::size_t>(std::min<std::uint64_t>(want, plan.drip_bytes));
+        if (sent > 0 && sleep_or_stop(std::chrono::milliseconds(plan.drip_ms))) {
+          p.dropped = true;
+          return false;
+        }
+      }
       std::uint64_t pos = plan.offset + sent;
       std::size_t got = 0;
       if (pos < plan.file_size) {
@@ -929,6 +949,11 @@ struct HubServer::Impl {
       if (sw.drop.take(t, match_file)) {
         plan.drop_at = sw.drop_bytes;
         p->rec.fault = "drop";
+      }
+      if (sw.drip.take(t, match_file)) {
+        plan.drip_bytes = std::max<std::uint64_t>(1, sw.drip_bytes);
+        plan.drip_ms = sw.drip_interval_ms;
+        p->rec.fault = "drip";
       }
       if (sw.overlong.take(t, match_file)) {
         plan.extra = sw.overlong_extra;
@@ -1226,6 +1251,12 @@ struct HubServer::Impl {
     if (has("change_etag_after"))
       self.change_etag_after(static_cast<int>(num("change_etag_after", -1)));
     if (has("cdn_url_ttl_ms")) self.set_cdn_url_ttl_ms(num("cdn_url_ttl_ms", 0));
+    if (has("drip")) {
+      self.drip(static_cast<std::uint64_t>(num("drip", 1)), static_cast<int>(num("interval_ms", 1000)), n,
+                match);
+    }
+    if (has("cdn_base")) self.set_cdn_base(str("cdn_base"));
+    if (has("header")) self.set_header(str("header"), str("value"), n, match);
     if (has("token")) self.set_token(str("token"));
     if (has("unknown_repo_401")) self.set_unknown_repo_401(num("unknown_repo_401", 0) != 0);
   }
@@ -1285,6 +1316,12 @@ struct HubServer::Impl {
       handle_api(req, res, p, r);
     else
       error(res, p, 404, "", "Not Found");
+    std::lock_guard lk(sw_mu);
+    if (sw.header.take(req.target, p->rec.repo + "/" + p->rec.file)) {
+      res.headers.erase(sw.header_name);
+      res.set_header(sw.header_name, sw.header_value);
+      p->rec.fault = "header";
+    }
   }
 
   // ------------------------------------------------------------ stop helpers
@@ -1747,6 +1784,23 @@ void HubServer::set_unknown_repo_401(bool on) {
 }
 void HubServer::set_cdn_url_ttl_ms(std::int64_t ms) {
   impl_->with_switches([&](Switches& sw) { sw.cdn_url_ttl_ms = ms; });
+}
+void HubServer::drip(std::uint64_t bytes, int interval_ms, int n, std::string match) {
+  impl_->with_switches([&](Switches& sw) {
+    sw.drip = Trigger{n, std::move(match)};
+    sw.drip_bytes = bytes;
+    sw.drip_interval_ms = interval_ms;
+  });
+}
+void HubServer::set_cdn_base(std::string base) {
+  impl_->with_switches([&](Switches& sw) { sw.cdn_base = std::move(base); });
+}
+void HubServer::set_header(std::string name, std::string value, int n, std::string match) {
+  impl_->with_switches([&](Switches& sw) {
+    sw.header = Trigger{n, std::move(match)};
+    sw.header_name = std::move(name);
+    sw.header_value = std::move(value);
+  });
 }
 void HubServer::reset_switches() {
   impl_->with_switches([&](Switches& sw) { sw = Switches::from(impl_->opt); });

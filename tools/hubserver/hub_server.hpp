@@ -99,8 +99,9 @@ struct RequestRecord {
   std::string retry_after;           // Retry-After (or RateLimit) sent
   bool dropped = false;              // the server closed the connection before the body was done
   std::string fault;                 // the switch that shaped this response ("" = none): fail,
-                                     // drop, stall, wrong_content_range, overlong, ignore_range,
-                                     // etag_changed, expired, bad_signature, misdirected
+                                     // drop, stall, drip, wrong_content_range, overlong, header,
+                                     // ignore_range, etag_changed, expired, bad_signature,
+                                     // misdirected
   std::string to_json() const;       // one line, no newline
   static RequestRecord from_json(std::string_view line);  // throws on malformed input
 };
@@ -202,6 +203,14 @@ class HubServer {
   void stall_after(std::uint64_t bytes, int n = 1, std::string match = "", int stall_ms = -1);
   // 206 responses carry a Content-Range shifted by `shift` (the body is the asked range).
   void wrong_content_range(int n = 1, std::string match = "", std::int64_t shift = 1);
+  // Bodies (of files) trickle: `bytes` body bytes, then a pause of interval_ms, and so on.
+  void drip(std::uint64_t bytes, int interval_ms, int n = 1, std::string match = "");
+  // Redirects to the CDN point at BASE + "/cdn/..." instead of cdn_endpoint() ("" = back to
+  // it), e.g. another server's "http://..." behind a TLS Hub: a downgrade.
+  void set_cdn_base(std::string base);
+  // Sets response header NAME to VALUE (replacing what the route set) on matching responses,
+  // e.g. a hostile Content-Range or X-Repo-Commit. VALUE must not contain CR or LF.
+  void set_header(std::string name, std::string value, int n = 1, std::string match = "");
   // Bodies are `extra` bytes longer than declared (see OverlongMode).
   void overlong_body(std::uint64_t extra, int n = 1, std::string match = "",
                      OverlongMode mode = OverlongMode::ContentLength);

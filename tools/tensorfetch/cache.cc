@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "escape.h"
 #include "progress.h"
 
 namespace tensorfetch::cli {
@@ -42,13 +43,13 @@ int list(const CacheOptions& o) {
     if (std::tm tm{}; localtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", e.size ? 100.0 * static_cast<double>(e.present) / static_cast<double>(e.size) : 100.0);
-    std::cout << std::setw(66) << e.id << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
+    std::cout << std::setw(66) << escape_text(e.id) << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
               << (e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
-              << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << e.url
+              << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << escape_text(e.url)
               << (e.in_use ? "  (in use)" : "") << '\n';
   }
   std::cout << entries->size() << (entries->size() == 1 ? " blob, " : " blobs, ") << human_bytes(static_cast<double>(disk))
-            << " on disk in " << cache_root(o.dir) << '\n';
+            << " on disk in " << escape_text(cache_root(o.dir)) << '\n';
   return 0;
 }
 
@@ -65,7 +66,7 @@ int verify(const CacheOptions& o) {
     if (!r) {
       code = std::max(code, report(r.error()));
     } else {
-      std::cout << id << ": ok\n";
+      std::cout << escape_text(id) << ": ok\n";
     }
   }
   return code;
@@ -78,7 +79,7 @@ int remove(const CacheOptions& o) {
     if (auto r = cache_remove(id, o.dir); !r) {
       code = std::max(code, report(r.error()));
     } else {
-      std::cout << "removed " << id << '\n';
+      std::cout << "removed " << escape_text(id) << '\n';
     }
   }
   return code;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "escape.h"
 
 namespace tensorfetch::cli {
 
@@ -64,7 +65,8 @@ std::string compress(const std::set<std::uint64_t>& values) {
 
 // Splits a name at dots into segments, marking the purely numeric ones.
 struct NameShape {
-  std::string key;                      // name with numeric segments replaced by '#'
+  std::string key;                      // name with numeric segments replaced by '#' (and a
+                                        // '#' or '\\' of the name itself preceded by '\\')
   std::vector<std::uint64_t> numbers;   // the numeric segments, in order
 };
 
@@ -81,7 +83,10 @@ NameShape name_shape(std::string_view name) {
       out.key += '#';
       out.numbers.push_back(std::stoull(std::string(seg)));
     } else {
-      out.key += seg;
+      for (char c : seg) {
+        if (c == '#' || c == '\\') out.key += '\\';
+        out.key += c;
+      }
     }
     if (dot == std::string_view::npos) break;
     out.key += '.';
@@ -104,8 +109,8 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
   const auto& files = ckpt.files();
   if (!group) {
     for (const auto& t : ckpt.tensors()) {
-      rows.push_back(Row{std::string(t.info->name), 1, std::string(to_string(t.info->dtype)),
-                         shape_text(t.info->shape), t.info->nbytes(), files[t.file].path});
+      rows.push_back(Row{escape_text(t.info->name), 1, std::string(to_string(t.info->dtype)),
+                         shape_text(t.info->shape), t.info->nbytes(), escape_text(files[t.file].path)});
     }
     return rows;
   }
@@ -128,7 +133,7 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
       Group g;
       g.template_name = ns.key;
       g.numbers.resize(ns.numbers.size());
-      g.row = Row{std::string(t.info->name), 0, dtype, shape, 0, ""};
+      g.row = Row{escape_text(t.info->name), 0, dtype, shape, 0, ""};
       groups.push_back(std::move(g));
     }
     Group& g = groups[it->second];
@@ -141,17 +146,20 @@ std::vector<Row> table_rows(const Checkpoint& ckpt, bool group) {
     if (g.row.count > 1) {
       std::string name;
       std::size_t n = 0;
-      for (char c : g.template_name) {
-        if (c == '#') {
+      for (std::size_t i = 0; i < g.template_name.size(); ++i) {
+        const char c = g.template_name[i];
+        if (c == '\\') {
+          name += g.template_name[++i];  // a '#' or '\\' of the name
+        } else if (c == '#') {
           const auto& set = g.numbers[n++];
           name += set.size() == 1 ? std::to_string(*set.begin()) : "{" + compress(set) + "}";
         } else {
           name += c;
         }
       }
-      g.row.name = name;
+      g.row.name = escape_text(name);
     }
-    g.row.file = g.files.size() == 1 ? files[*g.files.begin()].path
+    g.row.file = g.files.size() == 1 ? escape_text(files[*g.files.begin()].path)
                                      : std::to_string(g.files.size()) + " files";
     rows.push_back(std::move(g.row));
   }
@@ -235,7 +243,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
   auto pad = [](const std::string& s, std::size_t w) { return s + std::string(w - std::min(w, s.size()), ' '); };
   auto rpad = [](const std::string& s, std::size_t w) { return std::string(w - std::min(w, s.size()), ' ') + s; };
   std::ostringstream os;
-  os << ckpt.location() << ": " << ckpt.tensors().size() << " tensors in " << ckpt.files().size()
+  os << escape_text(ckpt.location()) << ": " << ckpt.tensors().size() << " tensors in " << ckpt.files().size()
      << (ckpt.files().size() == 1 ? " file" : " files") << (ckpt.sharded() ? " (sharded)" : "")
      << "\n\n";
   os << pad("NAME", wn) << "  " << (group ? rpad("COUNT", wc) + "  " : "") << pad("DTYPE", wd)
@@ -257,10 +265,10 @@ void print_table(const Checkpoint& ckpt, bool all) {
   }
   os << (t.parameters.by_dtype.empty() ? "" : ")") << '\n';
   if (t.parameters.rule != "unquantized") {
-    os << "counted as   " << t.parameters.rule << " (" << t.parameters.packed_tensors << " packed, "
+    os << "counted as   " << escape_text(t.parameters.rule) << " (" << t.parameters.packed_tensors << " packed, "
        << t.parameters.skipped_tensors << " bookkeeping tensors)\n";
   }
-  if (t.parameters.config_warning) os << "note         " << *t.parameters.config_warning << '\n';
+  if (t.parameters.config_warning) os << "note         " << escape_text(*t.parameters.config_warning) << '\n';
   os << "tensor data  " << with_commas(t.total_bytes) << " bytes (" << human_bytes(t.total_bytes) << ")\n";
   os << "files        " << ckpt.files().size() << ", " << with_commas(t.file_bytes) << " bytes ("
      << human_bytes(t.file_bytes) << ")\n";
@@ -274,7 +282,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
     claim("total_parameters", index->total_parameters, t.parameters.total);
     claim("total_size", index->total_size, t.total_bytes);
   }
-  if (ckpt.commit()) os << "commit       " << *ckpt.commit() << '\n';
+  if (ckpt.commit()) os << "commit       " << escape_text(*ckpt.commit()) << '\n';
   if (ckpt.remote()) os << "requests     " << ckpt.requests() << " (HTTP, to read every header)\n";
   const auto& md = ckpt.header(0).metadata;
   os << "metadata     ";
@@ -283,7 +291,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
   } else {
     std::string s;
     for (const auto& [k, v] : *md) s += (s.empty() ? "" : ", ") + k + "=" + v;
-    os << s << '\n';
+    os << escape_text(s) << '\n';
   }
   std::cout << os.str();
 }
@@ -291,7 +299,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
 }  // namespace
 
 int report(const Error& error) {
-  std::cerr << "tensorfetch: error: " << error.message << '\n';
+  std::cerr << "tensorfetch: error: " << escape_text(error.message) << '\n';
   return exit_code(error.code);
 }
 

@@ -2,28 +2,76 @@
 // The `tensorfetch` command line. Exit codes: 0 ok, 1 usage or other, 2 not valid
 // safetensors (or a bad index), 3 network/remote, 4 integrity.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <charconv>
 #include <iostream>
 
 #include "commands.h"
+#include "escape.h"
 
 namespace tensorfetch::cli {
+
+namespace {
+
+// Every numeric option goes through this first (its messages are escaped where they are printed): a non-negative decimal integer (`sized`: with an
+// optional unit after it, e.g. 8MiB), that fits 64 bits. CLI11 alone reads `-1` into an unsigned
+// option as 2^64-1, an overflowing number as the largest value and `010` as octal 8.
+CLI::Validator plain_number(bool sized) {
+  return CLI::Validator(
+      [sized](std::string& text) -> std::string {
+        std::size_t begin = 0, end = text.size();
+        while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
+        while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+        std::size_t digits = begin;
+        while (digits < end && text[digits] >= '0' && text[digits] <= '9') ++digits;
+        std::size_t unit = digits;
+        while (unit < end && text[unit] == ' ') ++unit;
+        bool ok = digits > begin;
+        for (std::size_t i = unit; ok && i < end; ++i) ok = sized && std::isalpha(static_cast<unsigned char>(text[i]));
+        const std::string expected = sized ? "a size in bytes (a non-negative integer, optionally with a unit: 8MiB)"
+                                           : "a non-negative integer";
+        if (!ok) return "expected " + expected + ", not '" + text + "'";
+        std::uint64_t value = 0;
+        if (std::from_chars(text.data() + begin, text.data() + digits, value).ec != std::errc()) {
+          return "'" + text + "' is too large";
+        }
+        // Canonical decimal (no leading zeros, which CLI11 would read as octal), unit kept.
+        text = std::to_string(value) + text.substr(unit, end - unit);
+        return {};
+      },
+      "", "NUMBER");
+}
+
+}  // namespace
 
 void add_open_options(CLI::App& command, OpenOptions& options) {
   command.add_option("--endpoint", options.endpoint, "Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)");
   command.add_option("--cacert", options.ca_file, "CA bundle for TLS (default: $CURL_CA_BUNDLE or the system's)");
   command.add_option("--window", options.header_window,
                      "Bytes asked for by the first range request of each file (default 262144)")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
   command.add_option("--connections", options.connections, "Parallel HTTP transfers of tensor data (default 16)")
+      ->transform(plain_number(false))
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   command.add_option("--header-connections", options.header_connections,
                      "Parallel HTTP transfers while reading headers (default 64)")
+      ->transform(plain_number(false))
       ->check(CLI::Range(std::size_t{1}, std::size_t{1024}));
   command.add_option("--retries", options.max_retries, "Retries of a failed request (default 5)")
+      ->transform(plain_number(false))
       ->check(CLI::Range(0, 100));
   command.add_option("--stall-timeout", options.stall_timeout_ms,
-                     "Milliseconds without a byte before a transfer is retried (default 30000)")
+                     "Milliseconds without a byte (or below --min-rate) before a transfer is retried (default 30000)")
+      ->transform(plain_number(false))
       ->check(CLI::Range(1000L, 3'600'000L));
+  command.add_option("--min-rate", options.min_rate,
+                     "Slowest acceptable transfer in bytes per second, over each --stall-timeout window; "
+                     "slower ones are retried, resuming (default 1KiB; 0: only a window without a byte)")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
   command.add_option("--cache-dir", options.cache_dir,
                      "Cache root (default: $TENSORFETCH_CACHE, $XDG_CACHE_HOME/tensorfetch or ~/.cache/tensorfetch)");
   // Absent, it must stay unset (not false), so that HF_HUB_OFFLINE decides.
@@ -34,10 +82,13 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
 void add_fetch_options(CLI::App& command, FetchOptions& options) {
   command.add_option("--chunk-size", options.chunk_size, "Largest single range transfer (default 8MiB)")
       ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 34));
   command.add_option("--coalesce-gap", options.coalesce_gap,
                      "Holes up to this size between wanted ranges are fetched too, saving a request (default 1MiB)")
-      ->transform(CLI::AsSizeValue(false));
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 34));
 }
 
 }  // namespace tensorfetch::cli
@@ -111,6 +162,8 @@ int main(int argc, char** argv) {
   auto* cache_prune = cache_cmd->add_subcommand("prune", "Remove least recently used files until the cache fits");
   cache_prune->add_option("--max-size", cache.max_size, "Largest total disk use to keep, e.g. 20GB or 500MiB")
       ->transform(CLI::AsSizeValue(true))
+      ->transform(plain_number(true))
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 60))
       ->required();
   for (auto* sub : {cache_ls, cache_verify, cache_rm, cache_prune}) {
     sub->add_option("--cache-dir", cache.dir, "Cache root (default: $TENSORFETCH_CACHE, ...)");
@@ -132,7 +185,7 @@ int main(int argc, char** argv) {
         first != "cache") {
       what = "unknown command '" + first + "' (commands: inspect, get, download, cache)";
     }
-    std::cerr << "tensorfetch: usage error: " << what << "\nRun 'tensorfetch --help' for usage.\n";
+    std::cerr << "tensorfetch: usage error: " << escape_text(what) << "\nRun 'tensorfetch --help' for usage.\n";
     return 1;
   }
   try {
@@ -141,7 +194,7 @@ int main(int argc, char** argv) {
     if (*download_cmd) return run_download(download);
     if (*cache_cmd) return run_cache(cache);
   } catch (const std::exception& e) {
-    std::cerr << "tensorfetch: error: " << e.what() << '\n';
+    std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';
     return 1;
   }
   return 1;
