@@ -17,6 +17,7 @@
 #include "format/json_internal.h"
 #include "format/percent.h"
 #include "hub/location.h"
+#include "hub/environment.h"
 #include "net/http_client.h"
 
 namespace tensorfetch {

@@ -48,8 +48,8 @@ Result<void> check_token(std::string_view token, std::string_view source) {
   for (std::size_t i = 0; i < token.size(); ++i) {
     const auto c = static_cast<unsigned char>(token[i]);
     if (c < 0x21 || c > 0x7e) {
-      const char* what = c == '\r' || c == '\n' ? "a line break"
-                         : c == ' ' || c == '\t' ? "white space"
+      const char* what = c == '\r' || c == '\n' ? "a control character (a line break)"
+                         : c == ' '               ? "a space"
                          : c < 0x20 || c == 0x7f ? "a control character"
                                                  : "a non-ASCII byte";
       return fail(ErrorCode::InvalidArgument,

@@ -310,13 +310,6 @@ Result<void> check_header_value(std::string_view value, std::string_view what) {
   return {};
 }
 
-Result<void> check_token(std::string_view token, std::string_view source) {
-  if (auto ok = check_header_value(token, "the access token"); !ok) {
-    return fail(ok.error().with_context(source));
-  }
-  return {};
-}
-
 Result<void> check_url_text(std::string_view url, std::string_view what) {
   if (auto at = find_control(url, true)) {
     return fail(ErrorCode::InvalidArgument,

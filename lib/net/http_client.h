@@ -169,11 +169,6 @@ class HttpClient {
 /// contains the value itself (it may be a secret). Pure.
 [[nodiscard]] Result<void> check_header_value(std::string_view value, std::string_view what);
 
-/// Checks an access token before it is used: no control character. `source` says where it
-/// came from (`HF_TOKEN`, the token file's path, the open options); the error
-/// (`InvalidArgument`) names it and never the token. Pure.
-[[nodiscard]] Result<void> check_token(std::string_view token, std::string_view source);
-
 /// Checks a URL before libcurl sees it: no space and no control character. `what` names it
 /// (e.g. `HF_ENDPOINT`); the error (`InvalidArgument`) quotes it with `quote_url`. Pure.
 [[nodiscard]] Result<void> check_url_text(std::string_view url, std::string_view what);

@@ -128,8 +128,8 @@ TEST_CASE("cli hostile: a token with CR/LF or another control character is refus
       INFO(row.what << ": " << describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
       CHECK(res.exit_code == 1);
       CHECK(res.out.empty());
-      CHECK_THAT(res.err, Catch::StartsWith("tensorfetch: error: " + row.source + ": the access token contains a "
-                                                                                  "control character"));
+      CHECK_THAT(res.err, Catch::StartsWith("tensorfetch: error: the Hugging Face token from " + row.source +
+                                            " contains a control character"));
       CHECK_THAT(res.err, !Catch::Contains("hf_secret") && !Catch::Contains("Evil"));
       CHECK(terminal_safe(res.err));
       CHECK(log.empty());  // nothing was sent
