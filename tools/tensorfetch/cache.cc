@@ -14,7 +14,7 @@ namespace tensorfetch::cli {
 namespace {
 
 int list(const CacheOptions& o) {
-  auto entries = cache_list(o.dir);
+  auto entries = cache_list(o.dir, o.shared);
   if (!entries) return report(entries.error());
   if (o.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -27,7 +27,8 @@ int list(const CacheOptions& o) {
                      {"complete", e.complete},
                      {"sha256", e.sha256 ? nlohmann::json(*e.sha256) : nlohmann::json(nullptr)},
                      {"last_used", e.last_used},
-                     {"in_use", e.in_use}});
+                     {"in_use", e.in_use},
+                     {"origin", e.origin}});
     }
     std::cout << out.dump(2) << '\n';
     return 0;
@@ -55,13 +56,13 @@ int list(const CacheOptions& o) {
 int verify(const CacheOptions& o) {
   std::vector<std::string> ids = o.ids;
   if (ids.empty()) {
-    auto entries = cache_list(o.dir);
+    auto entries = cache_list(o.dir, o.shared);
     if (!entries) return report(entries.error());
     for (const auto& e : *entries) ids.push_back(e.id);
   }
   int code = 0;
   for (const auto& id : ids) {
-    auto r = cache_verify(id, o.dir);
+    auto r = cache_verify(id, o.dir, o.shared);
     if (!r) {
       code = std::max(code, report(r.error()));
     } else {
@@ -75,7 +76,7 @@ int remove(const CacheOptions& o) {
   if (o.ids.empty()) return report(Error{ErrorCode::InvalidArgument, "cache rm: name the blobs to remove (see cache ls)"});
   int code = 0;
   for (const auto& id : o.ids) {
-    if (auto r = cache_remove(id, o.dir); !r) {
+    if (auto r = cache_remove(id, o.dir, o.shared); !r) {
       code = std::max(code, report(r.error()));
     } else {
       std::cout << "removed " << id << '\n';
@@ -85,7 +86,7 @@ int remove(const CacheOptions& o) {
 }
 
 int prune(const CacheOptions& o) {
-  auto r = cache_prune(o.max_size, o.dir);
+  auto r = cache_prune(o.max_size, o.dir, o.shared);
   if (!r) return report(r.error());
   std::cout << "removed " << r->removed << (r->removed == 1 ? " blob" : " blobs") << " ("
             << human_bytes(static_cast<double>(r->freed_bytes)) << "); " << human_bytes(static_cast<double>(r->remaining_bytes))
