@@ -192,7 +192,13 @@ Result<std::shared_ptr<const CacheDir>> CacheDir::open(const std::string& path, 
   dir->sharing_ = sharing;
   dir->modes_ = modes_for(sharing);
   auto root = open_root_dir(path, create, dir->modes_.dir);
-  if (!root) return fail(root.error().with_context("the tensorfetch cache"));
+  if (!root) {
+    Error e = root.error().with_context("the tensorfetch cache");
+    if (e.code == ErrorCode::Io && e.message.find("symbolic link") != std::string::npos) {
+      e.message += "; if you made it, point --cache-dir or TENSORFETCH_CACHE at the directory it leads to";
+    }
+    return fail(e);
+  }
   if (auto t = check_trusted(root->get(), path, sharing); !t) return fail(t.error());
   dir->root_ = std::move(*root);
   auto sub = [&](const char* name, UniqueFd& out) -> Result<void> {

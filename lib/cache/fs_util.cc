@@ -46,7 +46,10 @@ Error not_followed(int dirfd, std::string_view name, const std::string& path, co
                                     "reads its own files (one planted by someone else would redirect them): "
                                     "remove the link"};
   }
-  return Error{ErrorCode::Io, quote_name(path) + " is not a " + expected + "; remove it"};
+  if (::fstatat(dirfd, std::string(name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+    return Error{ErrorCode::Io, quote_name(path) + " is a directory, not a " + expected};
+  }
+  return Error{ErrorCode::Io, quote_name(path) + " is not a " + expected + " (a device, FIFO or socket?); remove it"};
 }
 
 std::vector<std::string_view> split(std::string_view path) {
