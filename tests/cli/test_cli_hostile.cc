@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Hostile servers against the CLI (issue 14, items 1 and 2), through the in-process Hub-like
 // server and its request log:
-//  - a server-named X-Repo-Commit that is not a commit id (`../../../../sentinel/x`, `abc`, 41 hex
+//  - a server-named X-Repo-Commit that is not a commit id (`../../../../WORK/sentinel/x`, `abc`, 41 hex
 //    digits, a value with '/') is refused (exit 3, naming the URL and the value) before it
 //    becomes a path: a sentinel tree outside every cache and the Hugging Face cache are byte-for-
 //    byte unchanged, and `get` does not serve the sentinel's files as the repo's;
@@ -136,14 +136,18 @@ TEST_CASE("cli: a hostile X-Repo-Commit is refused (exit 3) before it becomes a 
   auto ref = reference_dir();
   if (!ref) return;
   TwoServers s(*ref / "llama-tiny-sharded");
-  const std::vector<std::string> values = {
-      "../../../../sentinel/x",                           // leads from snapshots/ to work/sentinel/x
-      "abc",                                              // too short
-      "0123456789abcdef0123456789abcdef012345678",        // 41 hex digits
-      "0123456789abcdef0123456789abcdef01234567/x",       // a commit, then a path
+  // From HF_HOME/hub/models--org--llama/snapshots, four levels up is the temporary directory
+  // that holds both HF_HOME and the work directory: this value leads to WORK/sentinel/x.
+  REQUIRE(s.hf_home.path().parent_path() == s.work.path().parent_path());
+  const std::string escape = "../../../../" + s.work.path().filename().string() + "/sentinel/x";
+  const std::vector<std::pair<const char*, std::string>> values = {
+      {"../../../../WORK/sentinel/x", escape},  // leads from snapshots/ to WORK/sentinel/x
+      {"abc", "abc"},                           // too short
+      {"41 hex digits", "0123456789abcdef0123456789abcdef012345678"},
+      {"a commit, then /x", "0123456789abcdef0123456789abcdef01234567/x"},
   };
-  for (const auto& value : values) {
-    DYNAMIC_SECTION("X-Repo-Commit: " << value) {
+  for (const auto& [label, value] : values) {
+    DYNAMIC_SECTION("X-Repo-Commit: " << label) {  // (a stable name: `escape` differs per run)
       // The sentinel: files at exactly the names a publish or a snapshot read would use -- the
       // shards (valid safetensors with other tensor bytes: B's), config.json as a symlink.
       const fs::path sentinel = s.work / "sentinel" / "x";
