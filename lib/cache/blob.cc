@@ -145,6 +145,22 @@ void punch_out(int fd, std::uint64_t size) {
   if (size > 0) ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size));
 }
 
+// Removes blobs/NAME when it is a directory whose meta.json does not record it complete and no
+// process has its data open. True when it is gone.
+bool discard_unverified(const CacheDir& cache, const std::string& name) {
+  const std::string dir_path = cache.blobs_path() + "/" + name;
+  UniqueFd dir(::openat(cache.blobs_fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return false;
+  auto meta = load_meta(dir.get(), dir_path);
+  if (!meta || (*meta && (*meta)->complete)) return false;
+  auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+  if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) return false;
+  const std::string trash = ".trash-" + name + "-" + std::to_string(::getpid());
+  if (::renameat(cache.blobs_fd(), name.c_str(), cache.blobs_fd(), trash.c_str()) != 0) return false;
+  (void)remove_tree_at(cache.blobs_fd(), trash, cache.blobs_path());
+  return true;
+}
+
 bool same_file(int a, int b) {
   struct stat sa {}, sb {};
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
@@ -583,7 +599,15 @@ void Blob::promote() {
       ::fstat(dir_fd_.get(), &ours) != 0 || named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
     return;
   }
-  if (::renameat2(blobs, id.c_str(), blobs, sha.c_str(), RENAME_NOREPLACE) != 0) return;
+  if (::renameat2(blobs, id.c_str(), blobs, sha.c_str(), RENAME_NOREPLACE) != 0) {
+    // A blob of that name that is not (any more) complete -- discarded by `cache verify`, or a
+    // partial one of an older cache, of unknown origin -- is never read: it makes way, unless a
+    // process has it open.
+    if (errno != EEXIST || !discard_unverified(*cache_, sha) ||
+        ::renameat2(blobs, id.c_str(), blobs, sha.c_str(), RENAME_NOREPLACE) != 0) {
+      return;
+    }
+  }
   ::fsync(blobs);
   std::lock_guard g(mutex_);
   id_ = sha;

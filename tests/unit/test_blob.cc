@@ -1140,3 +1140,87 @@ TEST_CASE("a full disk: write_at fails with an Io error saying so, and nothing i
     CHECK(td::total_bytes((*b)->extents()) <= 4096);
   }
 }
+
+// --------------------------------------------------------------------------------------------
+// Provenance: one origin's bytes are never served to another; only verified blobs are shared
+
+TEST_CASE("provenance: partial bytes of one origin are not seen by another claiming the same sha256",
+          "[blob][provenance]") {
+  TempDir tmp;
+  const std::string honest = pattern(4096, 1);
+  const std::string sha = td::sha256_hex(honest);
+  const auto a = td::blob_identity("https://hub-a.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
+  const auto b = td::blob_identity("https://hub-b.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
+  REQUIRE(a.id != b.id);
+  auto from_b = open_blob(tmp.str(), b, honest.size());
+  const std::string lie = pattern(4096, 2);
+  write_commit(*from_b, lie, ByteRange{0, 2048});
+  auto from_a = open_blob(tmp.str(), a, honest.size());
+  CHECK(from_a->extents().empty());
+  CHECK_FALSE(from_a->has(ByteRange{0, 1}));
+  // B completing its lie fails verification and discards it; A's own fetch verifies and becomes
+  // the blob every origin reads.
+  write_commit(*from_b, lie, ByteRange{2048, 2048});
+  CHECK_ERROR(from_b->finish("x"), ErrorCode::Integrity, "sha256");
+  write_commit(*from_a, honest, ByteRange{0, honest.size()});
+  REQUIRE(from_a->finish("x").has_value());
+  CHECK(from_a->id() == sha);
+  auto b_again = open_blob(tmp.str(), b, honest.size());
+  CHECK(b_again->shared_verified());
+  CHECK(b_again->complete());
+  CHECK(read_data(*b_again, ByteRange{0, honest.size()}) == honest);
+  CHECK_ERROR(b_again->write_at(0, bytes(lie, 0, 10)), ErrorCode::InvalidArgument, "never written");
+}
+
+TEST_CASE("provenance: a meta.json recorded for another origin (or none) holds nothing for this one",
+          "[blob][provenance]") {
+  TempDir tmp;
+  const std::string content = pattern(1000, 3);
+  const auto id = td::blob_identity("https://hub-a.example/x", quoted(td::sha256_hex(content)), std::nullopt, content.size());
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, 500});
+  }
+  const std::string meta_path = tmp.str() + "/blobs/" + id.id + "/meta.json";
+  auto meta = read_json(meta_path);
+  CHECK(meta.at("origin") == "https://hub-a.example");
+  meta["origin"] = "https://elsewhere.example";
+  write_text(meta_path, meta.dump());
+  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, 500});
+  }
+  meta = read_json(meta_path);
+  meta.erase("origin");  // as an older cache wrote it
+  write_text(meta_path, meta.dump());
+  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+}
+
+TEST_CASE("provenance: a shared blob discarded by cache verify makes way for the next verified one",
+          "[blob][provenance][verify]") {
+  TempDir tmp;
+  const std::string content = pattern(3000, 4);
+  const auto id = sha_identity(content);
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, content.size()});
+    REQUIRE(blob->finish("x").has_value());
+    REQUIRE(blob->id() == *id.sha256);
+  }
+  const std::string data = tmp.str() + "/blobs/" + *id.sha256 + "/data";
+  fs::permissions(data, fs::perms::owner_write, fs::perm_options::add);
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(10);
+    f.put('\x7f');
+  }
+  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.str()), ErrorCode::Integrity);
+  auto again = open_blob(tmp.str(), id, content.size());  // not the discarded shared one
+  CHECK_FALSE(again->shared_verified());
+  CHECK(again->id() == id.id);
+  write_commit(*again, content, ByteRange{0, content.size()});
+  REQUIRE(again->finish("x").has_value());
+  CHECK(again->id() == *id.sha256);
+  CHECK(tf::cache_verify(*id.sha256, tmp.str()).has_value());
+}
