@@ -34,7 +34,7 @@ int list(const CacheOptions& o) {
     return 0;
   }
   std::uint64_t disk = 0;
-  std::cout << std::left << std::setw(66) << "BLOB" << std::setw(11) << "SIZE" << std::setw(9) << "PRESENT"
+  std::cout << std::left << std::setw(83) << "BLOB" << std::setw(11) << "SIZE" << std::setw(9) << "PRESENT"
             << std::setw(11) << "ON DISK" << std::setw(18) << "LAST USED" << "URL\n";
   for (const auto& e : *entries) {
     disk += e.disk_bytes;
@@ -43,7 +43,7 @@ int list(const CacheOptions& o) {
     if (std::tm tm{}; localtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", e.size ? 100.0 * static_cast<double>(e.present) / static_cast<double>(e.size) : 100.0);
-    std::cout << std::setw(66) << e.id << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
+    std::cout << std::setw(83) << e.id << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
               << (e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
               << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << e.url
               << (e.in_use ? "  (in use)" : "") << '\n';
