@@ -2,6 +2,13 @@
 /// @file
 /// The local cache of remote files: listing, verification, removal and pruning. Safe to use
 /// while other processes fetch into the same cache: a blob in use is never removed.
+///
+/// Every function takes the cache root (`dir`, empty: the default) and whether it is a cache
+/// shared by a group (`shared`, unset: `$TENSORFETCH_SHARED_CACHE`). A private cache (the
+/// default) must be owned by the user and writable by no one else; a shared one may belong to
+/// other members of its group but never be writable by all users. Symbolic links inside the
+/// cache are never followed (a link planted at a blob is removed by `cache_remove`, its target
+/// left alone).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +23,8 @@ namespace tensorfetch {
 
 /// One cached remote file ("blob"). A plain value.
 struct CacheEntry {
-  std::string id;                     ///< blob id: the file's sha256, or `u` + a hash of URL/ETag/size
+  std::string id;                     ///< blob id: `SHA256` (verified, shared by every origin),
+                                      ///< `SHA256-H` (one origin's bytes), or `u` + a hash of URL/ETag/size
   std::string url;                    ///< where it came from (query dropped)
   std::uint64_t size = 0;             ///< the remote file's size
   std::uint64_t present = 0;          ///< bytes committed to the cache
@@ -25,6 +33,7 @@ struct CacheEntry {
   std::optional<std::string> sha256;  ///< expected content hash, if the server named one
   std::int64_t last_used = 0;         ///< seconds since the epoch
   bool in_use = false;                ///< a process has it open right now
+  std::string origin;                 ///< scheme://host[:port] whose bytes it holds ("" = unknown)
 };
 
 /// What `cache_prune` did. A plain value.
@@ -40,16 +49,20 @@ struct PruneReport {
 [[nodiscard]] TENSORFETCH_API std::string cache_root(const std::string& dir = {});
 
 /// Every blob, least recently used first.
-[[nodiscard]] TENSORFETCH_API Result<std::vector<CacheEntry>> cache_list(const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<std::vector<CacheEntry>> cache_list(const std::string& dir = {},
+                                                                        std::optional<bool> shared = {});
 
 /// Re-hashes a blob (complete blobs with a sha256); a mismatch discards its bytes and is an
 /// `Integrity` error.
-[[nodiscard]] TENSORFETCH_API Result<void> cache_verify(const std::string& id, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<void> cache_verify(const std::string& id, const std::string& dir = {},
+                                                      std::optional<bool> shared = {});
 
 /// Removes a blob; refuses (`InvalidArgument`) while a process has it open.
-[[nodiscard]] TENSORFETCH_API Result<void> cache_remove(const std::string& id, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<void> cache_remove(const std::string& id, const std::string& dir = {},
+                                                      std::optional<bool> shared = {});
 
 /// Removes least recently used blobs until the cache occupies at most `max_bytes` on disk.
-[[nodiscard]] TENSORFETCH_API Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {});
+[[nodiscard]] TENSORFETCH_API Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {},
+                                                            std::optional<bool> shared = {});
 
 }  // namespace tensorfetch

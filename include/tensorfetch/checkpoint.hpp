@@ -73,6 +73,13 @@ struct OpenOptions {
   /// The Hugging Face hub cache, whose files are used instead of downloading them; empty:
   /// `$HF_HUB_CACHE`, else `$HF_HOME/hub` (HF_HOME defaults to `~/.cache/huggingface`).
   std::string hf_hub_cache;
+  /// A cache shared by the members of a group: true accepts cache directories owned by other
+  /// users and writable by their group (never by all users), and creates directories 02770 and
+  /// files 0660 (complete blobs 0440), so every member trusts every other member's bytes. False
+  /// (private, the default): the cache must be the user's own and writable by no one else;
+  /// directories 0700, files 0600 (complete blobs 0400). Unset: true when
+  /// `$TENSORFETCH_SHARED_CACHE` is `1`, `true`, `yes` or `on`.
+  std::optional<bool> shared_cache;
 };
 
 /// Progress of one file in a fetch. A plain value.

@@ -154,6 +154,9 @@ TF_API void tf_error_free(tf_error* error) TF_NOEXCEPT;
 /** Sentinel for `tf_open_options.offline`: decide from `$HF_HUB_OFFLINE`. */
 #define TF_OFFLINE_FROM_ENV (-1)
 
+/** Sentinel for `tf_open_options.shared_cache`: decide from `$TENSORFETCH_SHARED_CACHE`. */
+#define TF_SHARED_CACHE_FROM_ENV (-1)
+
 /**
  * How to open a checkpoint. A plain value owned by the caller; initialize it with
  * `tf_open_options_init`, then set what you need. Strings are copied by `tf_open`. NULL or
@@ -184,6 +187,13 @@ typedef struct tf_open_options {
    *  `TF_OFFLINE_FROM_ENV` (the default): 1 when `$HF_HUB_OFFLINE` is `1`, `true`, `yes` or
    *  `on` (any case). */
   int offline;
+  /** 1: the cache is shared by the members of a group (directories owned by other members and
+   *  writable by the group are accepted; what is created is group-writable: directories
+   *  02770, files 0660, complete files 0440); 0: private (the user's own, writable by no one
+   *  else: 0700/0600/0400); `TF_SHARED_CACHE_FROM_ENV` (the default): 1 when
+   *  `$TENSORFETCH_SHARED_CACHE` is `1`, `true`, `yes` or `on`. Never accepted: cache
+   *  directories writable by all users, or symbolic links inside the cache. */
+  int shared_cache;
 } tf_open_options;
 
 /**

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,18 +14,18 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
+
+#include "format/json_internal.h"
+#include "format/percent.h"
+#include "hub/location.h"
 
 namespace tensorfetch::detail {
 
 namespace {
 
-namespace fs = std::filesystem;
+constexpr std::uint64_t kMaxMetaSize = 256 << 20;
 
 Error sys_error(const std::string& path, const std::string& what, int err) {
   std::string msg = path + ": " + what + ": " + std::strerror(err);
@@ -51,44 +52,37 @@ std::string unquote_etag(std::string_view etag) {
   return std::string(etag);
 }
 
-void sync_dir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+bool flock_retry(int fd, int op) {
+  while (::flock(fd, op) != 0) {
+    if (errno != EINTR) return false;
   }
+  return true;
 }
 
-// An exclusive flock on a lock file, released on destruction.
+// An exclusive flock on a blob's lock file, released on destruction.
 class LockGuard {
  public:
-  static Result<LockGuard> acquire(const std::string& path) {
+  static Result<LockGuard> acquire(int dirfd, const std::string& dir_path, mode_t mode) {
     LockGuard g;
-    g.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (g.fd_ < 0) return fail(sys_error(path, "cannot open lock file", errno));
-    while (::flock(g.fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) return fail(sys_error(path, "cannot lock", errno));
-    }
+    auto fd = open_file_at(dirfd, "lock", O_RDWR | O_CREAT, mode, dir_path);
+    if (!fd) return fail(fd.error());
+    if (!flock_retry(fd->get(), LOCK_EX)) return fail(sys_error(dir_path + "/lock", "cannot lock", errno));
+    g.fd_ = std::move(*fd);
     return g;
-  }
-  LockGuard() = default;
-  LockGuard(LockGuard&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  LockGuard& operator=(LockGuard&&) = delete;
-  ~LockGuard() {
-    if (fd_ >= 0) ::close(fd_);  // closing releases the flock
   }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;  // closing releases the flock
 };
 
 nlohmann::json to_json(const BlobMeta& m) {
   nlohmann::json extents = nlohmann::json::array();
   for (const auto& r : m.extents) extents.push_back({r.offset, r.length});
-  return {{"version", 1},
+  return {{"version", 2},
           {"size", m.size},
           {"sha256", m.sha256 ? nlohmann::json(*m.sha256) : nlohmann::json(nullptr)},
           {"url", m.url},
+          {"origin", m.origin ? nlohmann::json(*m.origin) : nlohmann::json(nullptr)},
           {"etag", m.etag ? nlohmann::json(*m.etag) : nlohmann::json(nullptr)},
           {"complete", m.complete},
           {"extents", extents}};
@@ -104,6 +98,7 @@ std::optional<BlobMeta> parse_meta(const std::string& text) {
     m.size = j.at("size").get<std::uint64_t>();
     if (j.contains("sha256") && j["sha256"].is_string()) m.sha256 = j["sha256"].get<std::string>();
     m.url = j.value("url", "");
+    if (j.contains("origin") && j["origin"].is_string()) m.origin = j["origin"].get<std::string>();
     if (j.contains("etag") && j["etag"].is_string()) m.etag = j["etag"].get<std::string>();
     m.complete = j.value("complete", false);
     std::vector<ByteRange> ranges;
@@ -122,19 +117,18 @@ std::optional<BlobMeta> parse_meta(const std::string& text) {
   }
 }
 
-Result<std::optional<BlobMeta>> load_meta(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) {
-    if (errno == ENOENT) return std::optional<BlobMeta>();
-    return fail(sys_error(path, "cannot read", errno));
+// meta.json of the blob directory `dirfd`: nothing when absent or unreadable as ours.
+Result<std::optional<BlobMeta>> load_meta(int dirfd, const std::string& dir_path) {
+  auto text = read_file_at(dirfd, "meta.json", kMaxMetaSize, dir_path);
+  if (!text) {
+    if (text.error().code == ErrorCode::NotFound) return std::optional<BlobMeta>();
+    return fail(text.error());
   }
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_meta(ss.str());
+  return parse_meta(*text);
 }
 
-Result<void> write_meta_file(const std::string& path, const BlobMeta& meta) {
-  return write_file_atomically(path, to_json(meta).dump() + "\n");
+Result<void> write_meta(int dirfd, const std::string& dir_path, const BlobMeta& meta, mode_t mode) {
+  return write_file_atomically_at(dirfd, "meta.json", to_json(meta).dump() + "\n", mode, dir_path);
 }
 
 std::string to_hex(const unsigned char* md, unsigned len) {
@@ -151,48 +145,91 @@ void punch_out(int fd, std::uint64_t size) {
   if (size > 0) ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size));
 }
 
-}  // namespace
-
-Result<void> write_file_atomically(const std::string& path, std::string_view text) {
-  std::ostringstream tmp_name;
-  tmp_name << path << ".tmp-" << ::getpid() << "-" << std::this_thread::get_id();
-  const std::string tmp = tmp_name.str();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(sys_error(tmp, "cannot create", errno));
-  std::size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return fail(sys_error(tmp, "cannot write", err));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return fail(sys_error(tmp, "fsync failed", err));
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return fail(sys_error(path, "cannot replace", err));
-  }
-  const auto slash = path.rfind('/');
-  sync_dir(slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash));
-  return {};
+// Removes blobs/NAME when it is a directory whose meta.json does not record it complete and no
+// process has its data open. True when it is gone.
+bool discard_unverified(const CacheDir& cache, const std::string& name) {
+  const std::string dir_path = cache.blobs_path() + "/" + name;
+  UniqueFd dir(::openat(cache.blobs_fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return false;
+  auto meta = load_meta(dir.get(), dir_path);
+  if (!meta || (*meta && (*meta)->complete)) return false;
+  auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+  if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) return false;
+  const std::string trash = ".trash-" + name + "-" + std::to_string(::getpid());
+  if (::renameat(cache.blobs_fd(), name.c_str(), cache.blobs_fd(), trash.c_str()) != 0) return false;
+  (void)remove_tree_at(cache.blobs_fd(), trash, cache.blobs_path());
+  return true;
 }
+
+bool same_file(int a, int b) {
+  struct stat sa {}, sb {};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// A writable descriptor of the data file `fd` refers to (read-only once complete): made
+// writable through the descriptor (fchmod, never chmod on a path), reopened by name without
+// following links, and checked to be the very same file.
+Result<UniqueFd> reopen_writable(int dirfd, const std::string& dir_path, int fd, mode_t mode) {
+  const std::string path = dir_path + "/data";
+  if (::fchmod(fd, mode) != 0) return fail(sys_error(path, "cannot make the cache file writable", errno));
+  auto rw = open_file_at(dirfd, "data", O_RDWR, 0, dir_path);
+  if (!rw) return fail(rw.error());
+  if (!same_file(fd, rw->get())) return fail(ErrorCode::Io, path + ": replaced while being opened; refused");
+  return std::move(*rw);
+}
+
+// Opens (creating with `create`) blob directory `id`; checks it can be trusted.
+Result<UniqueFd> open_blob_dir(const CacheDir& cache, const std::string& id, bool create) {
+  if (auto r = check_path_component(id, "cache blob id"); !r) return fail(r.error());
+  if (cache.blobs_fd() < 0) return fail(ErrorCode::NotFound, cache.blobs_path() + ": no such directory");
+  auto dir = open_dir_at(cache.blobs_fd(), id, cache.blobs_path(), create, cache.modes().dir);
+  if (!dir) return fail(dir.error());
+  if (auto t = check_trusted(dir->get(), cache.blobs_path() + "/" + id, cache.sharing()); !t) return fail(t.error());
+  return dir;
+}
+
+}  // namespace
 
 std::string default_cache_root() {
   if (auto v = env("TENSORFETCH_CACHE"); !v.empty()) return v;
   if (auto v = env("XDG_CACHE_HOME"); !v.empty()) return v + "/tensorfetch";
   if (auto v = env("HOME"); !v.empty()) return v + "/.cache/tensorfetch";
   return ".tensorfetch-cache";
+}
+
+Sharing default_cache_sharing() {
+  const std::string v = ascii_lower(env("TENSORFETCH_SHARED_CACHE"));
+  return v == "1" || v == "true" || v == "yes" || v == "on" ? Sharing::Group : Sharing::Private;
+}
+
+Result<std::shared_ptr<const CacheDir>> CacheDir::open(const std::string& path, Sharing sharing, bool create) {
+  auto dir = std::shared_ptr<CacheDir>(new CacheDir());
+  dir->path_ = path;
+  dir->sharing_ = sharing;
+  dir->modes_ = modes_for(sharing);
+  auto root = open_root_dir(path, create, dir->modes_.dir);
+  if (!root) {
+    Error e = root.error().with_context("the tensorfetch cache");
+    if (e.code == ErrorCode::Io && e.message.find("symbolic link") != std::string::npos) {
+      e.message += "; if you made it, point --cache-dir or TENSORFETCH_CACHE at the directory it leads to";
+    }
+    return fail(e);
+  }
+  if (auto t = check_trusted(root->get(), path, sharing); !t) return fail(t.error());
+  dir->root_ = std::move(*root);
+  auto sub = [&](const char* name, UniqueFd& out) -> Result<void> {
+    auto fd = open_dir_at(dir->root_.get(), name, path, create, dir->modes_.dir);
+    if (!fd) {
+      if (fd.error().code == ErrorCode::NotFound && !create) return {};
+      return fail(fd.error());
+    }
+    if (auto t = check_trusted(fd->get(), path + "/" + name, sharing); !t) return fail(t.error());
+    out = std::move(*fd);
+    return {};
+  };
+  if (auto r = sub("blobs", dir->blobs_); !r) return fail(r.error());
+  if (auto r = sub("snapshots", dir->snapshots_); !r) return fail(r.error());
+  return std::shared_ptr<const CacheDir>(std::move(dir));
 }
 
 std::string sha256_hex(std::string_view bytes) {
@@ -238,84 +275,153 @@ Result<std::string> sha256_of_fd(int fd, std::uint64_t length, const std::string
   return to_hex(md, len);
 }
 
-BlobIdentity blob_identity(std::string_view url, const std::optional<std::string>& etag, std::uint64_t size) {
-  if (etag) {
-    std::string tag = unquote_etag(*etag);
-    for (auto& c : tag) c = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
-    if (is_hex64(tag)) return BlobIdentity{tag, tag};
-  }
-  std::string_view base = url.substr(0, url.find_first_of("?#"));
-  std::string key = std::string(base) + "\n" + (etag ? *etag : std::string()) + "\n" + std::to_string(size);
-  return BlobIdentity{"u" + sha256_hex(key).substr(0, 40), std::nullopt};
+std::optional<std::string> sha256_of_linked_etag(const std::optional<std::string>& linked_etag) {
+  if (!linked_etag) return std::nullopt;
+  std::string tag = unquote_etag(*linked_etag);
+  for (auto& c : tag) c = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+  if (!is_hex64(tag)) return std::nullopt;
+  return tag;
 }
 
-Result<std::unique_ptr<Blob>> Blob::open(const std::string& root, const BlobIdentity& identity, std::uint64_t size,
-                                         std::string_view url, const std::optional<std::string>& etag) {
+BlobIdentity blob_identity(std::string_view url, const std::optional<std::string>& linked_etag,
+                           const std::optional<std::string>& etag, std::uint64_t size) {
+  BlobIdentity out;
+  out.origin = url_authority(url);
+  if (auto sha = sha256_of_linked_etag(linked_etag)) {
+    out.id = *sha + "-" + sha256_hex("origin\n" + out.origin).substr(0, 16);
+    out.sha256 = std::move(sha);
+    return out;
+  }
+  const auto& tag = linked_etag ? linked_etag : etag;
+  std::string_view base = url.substr(0, url.find_first_of("?#"));
+  std::string key = std::string(base) + "\n" + (tag ? *tag : std::string()) + "\n" + std::to_string(size);
+  out.id = "u" + sha256_hex(key).substr(0, 40);
+  return out;
+}
+
+Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, const BlobIdentity& identity,
+                                         std::uint64_t size, std::string_view url,
+                                         const std::optional<std::string>& etag, BlobCreate create) {
+  if (!cache) return fail(ErrorCode::InvalidArgument, "Blob::open: no cache");
+  const Modes& modes = cache->modes();
   std::unique_ptr<Blob> b(new Blob());
-  b->id_ = identity.id;
+  b->cache_ = cache;
   b->size_ = size;
-  b->dir_ = root + "/blobs/" + identity.id;
-  b->data_path_ = b->dir_ + "/data";
-  b->meta_path_ = b->dir_ + "/meta.json";
-  b->lock_path_ = b->dir_ + "/lock";
-  std::error_code ec;
-  fs::create_directories(b->dir_, ec);
-  if (ec) return fail(ErrorCode::Io, b->dir_ + ": cannot create cache directory: " + ec.message());
-  bool writable = true;
-  b->fd_ = ::open(b->data_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (b->fd_ < 0 && errno == EACCES) {  // complete blobs are read-only
-    writable = false;
-    b->fd_ = ::open(b->data_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (identity.sha256) {
+    // A blob verified whole against this sha256 may be read by any origin. Anything else there
+    // (an old cache's partial blob of unknown origin) is never used.
+    auto dir = open_blob_dir(*cache, *identity.sha256, false);
+    if (!dir && dir.error().code != ErrorCode::NotFound) return fail(dir.error());
+    if (dir) {
+      const std::string dir_path = cache->blobs_path() + "/" + *identity.sha256;
+      auto meta = load_meta(dir->get(), dir_path);
+      if (!meta) return fail(meta.error());
+      if (*meta && (*meta)->complete && (*meta)->size == size && (*meta)->sha256 == identity.sha256) {
+        auto fd = open_file_at(dir->get(), "data", O_RDONLY, 0, dir_path);
+        if (!fd) return fail(fd.error());
+        if (auto t = check_trusted(fd->get(), dir_path + "/data", cache->sharing()); !t) return fail(t.error());
+        struct stat st {};
+        if (::fstat(fd->get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == size &&
+            flock_retry(fd->get(), LOCK_SH)) {
+          b->dir_fd_ = std::move(*dir);
+          b->id_ = *identity.sha256;
+          b->dir_path_ = dir_path;
+          b->data_path_ = dir_path + "/data";
+          b->fd_ = std::move(*fd);
+          b->meta_ = std::move(**meta);
+          b->shared_verified_ = true;
+          ::futimens(b->dir_fd_.get(), nullptr);  // last used: now
+          return b;
+        }
+      }
+    }
+    b->promote_to_ = identity.sha256;
   }
-  if (b->fd_ < 0) return fail(sys_error(b->data_path_, "cannot open cache file", errno));
-  while (::flock(b->fd_, LOCK_SH) != 0) {
-    if (errno != EINTR) return fail(sys_error(b->data_path_, "cannot lock", errno));
+  b->id_ = identity.id;
+  b->dir_path_ = cache->blobs_path() + "/" + identity.id;
+  b->data_path_ = b->dir_path_ + "/data";
+  if (create == BlobCreate::IfMissing && cache->blobs_fd() < 0) {
+    return fail(ErrorCode::Io, cache->blobs_path() + ": missing; the cache was opened read-only");
   }
-  ::utimensat(AT_FDCWD, b->dir_.c_str(), nullptr, 0);  // last used: now
-  auto lock = LockGuard::acquire(b->lock_path_);
+  auto dir = open_blob_dir(*cache, identity.id, create == BlobCreate::IfMissing);
+  if (!dir) return fail(dir.error());
+  b->dir_fd_ = std::move(*dir);
+  const int dirfd = b->dir_fd_.get();
+  if (create == BlobCreate::No) {
+    // Only an existing blob: one that has its meta.json.
+    struct stat st {};
+    if (::fstatat(dirfd, "meta.json", &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return fail(ErrorCode::NotFound, b->dir_path_ + "/meta.json: no such file");
+    }
+  }
+  // Complete blobs are read-only (no owner write bit): opened for reading, and made writable
+  // again below only if they are not recorded complete any more.
+  struct stat data_st {};
+  const bool writable = !(::fstatat(dirfd, "data", &data_st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                          S_ISREG(data_st.st_mode) && !(data_st.st_mode & S_IWUSR));
+  auto data = writable ? open_file_at(dirfd, "data", O_RDWR | O_CREAT, modes.file, b->dir_path_)
+                       : open_file_at(dirfd, "data", O_RDONLY, 0, b->dir_path_);
+  if (!data) return fail(data.error());
+  if (auto t = check_trusted(data->get(), b->data_path_, cache->sharing()); !t) return fail(t.error());
+  b->fd_ = std::move(*data);
+  if (!flock_retry(b->fd_.get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
+  ::futimens(dirfd, nullptr);  // last used: now
+  auto lock = LockGuard::acquire(dirfd, b->dir_path_, modes.file);
   if (!lock) return fail(lock.error());
-  auto meta = load_meta(b->meta_path_);
+  auto meta = load_meta(dirfd, b->dir_path_);
   if (!meta) return fail(meta.error());
+  const std::string origin = identity.origin;
+  bool rewrite = false;
   if (*meta && (*meta)->size != size) {
-    return fail(ErrorCode::Integrity, b->dir_ + ": the cache records a size of " + std::to_string((*meta)->size) +
+    return fail(ErrorCode::Integrity, b->dir_path_ + ": the cache records a size of " + std::to_string((*meta)->size) +
                                           " bytes, but " + std::string(url) + " has " + std::to_string(size) +
                                           "; remove it with `tensorfetch cache rm " + identity.id + "`");
   }
+  if (*meta && (((*meta)->origin && *(*meta)->origin != origin) ||
+                (!(*meta)->origin && identity.sha256))) {
+    // Bytes another origin sent (or an unknown one) are never served to this one.
+    (*meta)->extents.clear();
+    (*meta)->complete = false;
+    (*meta)->origin = origin;
+    (*meta)->sha256 = identity.sha256;
+    rewrite = true;
+  }
   if (!writable && !(*meta && (*meta)->complete)) {
     // Read-only but not (any more) recorded complete: it must be writable to be fetched again.
-    ::chmod(b->data_path_.c_str(), 0644);
-    int fd = ::open(b->data_path_.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) return fail(sys_error(b->data_path_, "cannot reopen the cache file for writing", errno));
-    while (::flock(fd, LOCK_SH) != 0) {
-      if (errno != EINTR) {
-        ::close(fd);
-        return fail(sys_error(b->data_path_, "cannot lock", errno));
-      }
-    }
-    ::close(b->fd_);
-    b->fd_ = fd;
+    auto rw = reopen_writable(dirfd, b->dir_path_, b->fd_.get(), modes.file);
+    if (!rw) return fail(rw.error());
+    if (!flock_retry(rw->get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
+    b->fd_ = std::move(*rw);
   }
   struct stat st {};
-  if (::fstat(b->fd_, &st) != 0) return fail(sys_error(b->data_path_, "cannot stat", errno));
+  if (::fstat(b->fd_.get(), &st) != 0) return fail(sys_error(b->data_path_, "cannot stat", errno));
   if (static_cast<std::uint64_t>(st.st_size) != size) {
     if (*meta && !(*meta)->extents.empty()) {
       // The data file lost bytes it was recorded to hold: nothing in it can be trusted.
       (*meta)->extents.clear();
       (*meta)->complete = false;
-      if (auto w = write_meta_file(b->meta_path_, **meta); !w) return fail(w.error());
+      rewrite = true;
     }
-    if (::ftruncate(b->fd_, static_cast<off_t>(size)) != 0) {
+    if (::ftruncate(b->fd_.get(), static_cast<off_t>(size)) != 0) {
       return fail(sys_error(b->data_path_, "cannot size the cache file", errno));
     }
   }
   if (*meta) {
     b->meta_ = std::move(**meta);
+    if (!b->meta_.origin) {  // a 'u' blob of an older cache: its bytes came from its URL's origin
+      b->meta_.origin = origin;
+      rewrite = true;
+    }
   } else {
     b->meta_.size = size;
     b->meta_.sha256 = identity.sha256;
     b->meta_.url = std::string(url.substr(0, url.find_first_of("?#")));
+    b->meta_.origin = origin;
     b->meta_.etag = etag;
-    if (auto w = write_meta_file(b->meta_path_, b->meta_); !w) return fail(w.error());
+    rewrite = true;
+  }
+  if (rewrite) {
+    if (auto w = write_meta(dirfd, b->dir_path_, b->meta_, modes.file); !w) return fail(w.error());
   }
   return b;
 }
@@ -325,6 +431,21 @@ struct Blob::Hasher {
   std::uint64_t hashed = 0;
   std::mutex mutex;
 };
+
+std::string Blob::id() const {
+  std::lock_guard g(mutex_);
+  return id_;
+}
+
+std::string Blob::data_path() const {
+  std::lock_guard g(mutex_);
+  return data_path_;
+}
+
+std::string Blob::dir_path() const {
+  std::lock_guard g(mutex_);
+  return dir_path_;
+}
 
 void Blob::enable_streaming_hash() {
   std::lock_guard g(mutex_);
@@ -345,9 +466,9 @@ Result<void> Blob::advance_hash() {
   while (hasher_->hashed < end) {
     if (buf.empty()) buf.resize(1 << 20);
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - hasher_->hashed));
-    ssize_t n = ::pread(fd_, buf.data(), want, static_cast<off_t>(hasher_->hashed));
+    ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(hasher_->hashed));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail(sys_error(data_path_, "read failed while hashing", n < 0 ? errno : EIO));
+    if (n <= 0) return fail(sys_error(data_path(), "read failed while hashing", n < 0 ? errno : EIO));
     EVP_DigestUpdate(hasher_->ctx.get(), buf.data(), static_cast<std::size_t>(n));
     hasher_->hashed += static_cast<std::uint64_t>(n);
   }
@@ -356,24 +477,26 @@ Result<void> Blob::advance_hash() {
 
 Blob::~Blob() {
   if (map_) ::munmap(map_, static_cast<std::size_t>(size_));
-  if (fd_ >= 0) ::close(fd_);
 }
 
 Result<void> Blob::write_at(std::uint64_t offset, std::span<const std::byte> data) {
+  if (shared_verified_) {
+    return fail(ErrorCode::InvalidArgument, data_path() + ": a verified blob shared by every origin is never written");
+  }
   if (offset > size_ || data.size() > size_ - offset) {
-    return fail(ErrorCode::InvalidArgument, data_path_ + ": bytes " + std::to_string(offset) + "+" +
+    return fail(ErrorCode::InvalidArgument, data_path() + ": bytes " + std::to_string(offset) + "+" +
                                                 std::to_string(data.size()) + " lie beyond the " + std::to_string(size_) +
                                                 "-byte file");
   }
   while (!data.empty()) {
-    ssize_t n = ::pwrite(fd_, data.data(), data.size(), static_cast<off_t>(offset));
+    ssize_t n = ::pwrite(fd_.get(), data.data(), data.size(), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(sys_error(data_path_, "cannot write bytes " + std::to_string(offset) + "-" +
-                                            std::to_string(offset + data.size() - 1),
+      return fail(sys_error(data_path(), "cannot write bytes " + std::to_string(offset) + "-" +
+                                             std::to_string(offset + data.size() - 1),
                             errno));
     }
-    if (n == 0) return fail(ErrorCode::Io, data_path_ + ": write returned 0 bytes");
+    if (n == 0) return fail(ErrorCode::Io, data_path() + ": write returned 0 bytes");
     data = data.subspan(static_cast<std::size_t>(n));
     offset += static_cast<std::uint64_t>(n);
   }
@@ -381,21 +504,23 @@ Result<void> Blob::write_at(std::uint64_t offset, std::span<const std::byte> dat
 }
 
 Result<void> Blob::reserve(ByteRange range) {
-  if (range.length == 0) return {};
-  if (::fallocate(fd_, 0, static_cast<off_t>(range.offset), static_cast<off_t>(range.length)) != 0) {
+  if (range.length == 0 || shared_verified_) return {};
+  if (::fallocate(fd_.get(), 0, static_cast<off_t>(range.offset), static_cast<off_t>(range.length)) != 0) {
     const int err = errno;
     if (err == EOPNOTSUPP || err == ENOSYS || err == EINTR) return {};
-    return fail(sys_error(data_path_, "cannot allocate bytes " + std::to_string(range.offset) + "-" +
-                                          std::to_string(range.end() - 1) + " before fetching them",
+    return fail(sys_error(data_path(), "cannot allocate bytes " + std::to_string(range.offset) + "-" +
+                                           std::to_string(range.end() - 1) + " before fetching them",
                           err));
   }
   return {};
 }
 
 Result<BlobMeta> Blob::read_meta() const {
-  auto meta = load_meta(meta_path_);
+  auto meta = load_meta(dir_fd_.get(), dir_path());
   if (!meta) return fail(meta.error());
-  if (!*meta || (*meta)->size != size_) {
+  std::lock_guard g(mutex_);
+  if (!*meta || (*meta)->size != size_ || (*meta)->origin != meta_.origin ||
+      (shared_verified_ && !(*meta)->complete)) {
     BlobMeta m = meta_;
     m.extents.clear();
     m.complete = false;
@@ -406,24 +531,28 @@ Result<BlobMeta> Blob::read_meta() const {
 
 Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   if (ranges.empty()) return {};
+  if (shared_verified_) {
+    return fail(ErrorCode::InvalidArgument, data_path() + ": a verified blob shared by every origin is never written");
+  }
   for (const auto& r : ranges) {
     if (r.end() < r.offset || r.end() > size_) {
-      return fail(ErrorCode::InvalidArgument, data_path_ + ": cannot record bytes " + std::to_string(r.offset) + "+" +
+      return fail(ErrorCode::InvalidArgument, data_path() + ": cannot record bytes " + std::to_string(r.offset) + "+" +
                                                   std::to_string(r.length) + " of a " + std::to_string(size_) +
                                                   "-byte file");
     }
   }
-  if (::fdatasync(fd_) != 0) return fail(sys_error(data_path_, "cannot flush to disk", errno));
-  auto lock = LockGuard::acquire(lock_path_);
+  if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
+  const std::string dir_path = this->dir_path();
+  auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
-  std::lock_guard g(mutex_);
   // Only what this call adds is merged into what the disk says: extents another process
   // discarded (a failed verification) must not come back from this object's memory.
   BlobMeta next = std::move(*disk);
   for (const auto& r : ranges) add_range(next.extents, r);
-  if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
+  if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+  std::lock_guard g(mutex_);
   meta_ = std::move(next);
   return {};
 }
@@ -455,13 +584,44 @@ bool Blob::complete() const {
   return meta_.complete;
 }
 
+void Blob::promote() {
+  // Verified whole against its sha256: every origin may read it now. Renamed only when no blob
+  // of that name exists (RENAME_NOREPLACE), and only if the directory of that name is still ours.
+  const std::string sha = *promote_to_;
+  std::string id;
+  {
+    std::lock_guard g(mutex_);
+    id = id_;
+  }
+  const int blobs = cache_->blobs_fd();
+  struct stat named {}, ours {};
+  if (id == sha || blobs < 0 || ::fstatat(blobs, id.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 ||
+      ::fstat(dir_fd_.get(), &ours) != 0 || named.st_ino != ours.st_ino || named.st_dev != ours.st_dev) {
+    return;
+  }
+  if (::renameat2(blobs, id.c_str(), blobs, sha.c_str(), RENAME_NOREPLACE) != 0) {
+    // A blob of that name that is not (any more) complete -- discarded by `cache verify`, or a
+    // partial one of an older cache, of unknown origin -- is never read: it makes way, unless a
+    // process has it open.
+    if (errno != EEXIST || !discard_unverified(*cache_, sha) ||
+        ::renameat2(blobs, id.c_str(), blobs, sha.c_str(), RENAME_NOREPLACE) != 0) {
+      return;
+    }
+  }
+  ::fsync(blobs);
+  std::lock_guard g(mutex_);
+  id_ = sha;
+  dir_path_ = cache_->blobs_path() + "/" + sha;
+  data_path_ = dir_path_ + "/data";
+}
+
 Result<void> Blob::finish(const std::string& what) {
   {
     std::lock_guard g(mutex_);
     if (meta_.complete) return {};
     if (!covers(meta_.extents, ByteRange{0, size_}) && size_ > 0) return {};
   }
-  if (::fdatasync(fd_) != 0) return fail(sys_error(data_path_, "cannot flush to disk", errno));
+  if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
   std::optional<std::string> expected;
   {
     std::lock_guard g(mutex_);
@@ -477,11 +637,12 @@ Result<void> Blob::finish(const std::string& what) {
   }
   hasher_.reset();
   if (expected && !actual) {
-    auto h = sha256_of_fd(fd_, size_, data_path_);
+    auto h = sha256_of_fd(fd_.get(), size_, data_path());
     if (!h) return fail(h.error());
     actual = *h;
   }
-  auto lock = LockGuard::acquire(lock_path_);
+  const std::string dir_path = this->dir_path();
+  auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
@@ -489,8 +650,8 @@ Result<void> Blob::finish(const std::string& what) {
   if (expected && actual != expected) {
     next.extents.clear();
     next.complete = false;
-    if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
-    punch_out(fd_, size_);
+    if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+    punch_out(fd_.get(), size_);
     {
       std::lock_guard g(mutex_);
       meta_ = std::move(next);
@@ -500,10 +661,13 @@ Result<void> Blob::finish(const std::string& what) {
   }
   next.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
   next.complete = true;
-  if (auto w = write_meta_file(meta_path_, next); !w) return fail(w.error());
-  ::fchmod(fd_, 0444);
-  std::lock_guard g(mutex_);
-  meta_ = std::move(next);
+  if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+  ::fchmod(fd_.get(), cache_->modes().readonly);
+  {
+    std::lock_guard g(mutex_);
+    meta_ = std::move(next);
+  }
+  if (promote_to_ && expected && actual == expected) promote();
   return {};
 }
 
@@ -511,107 +675,119 @@ Result<std::span<const std::byte>> Blob::map() {
   std::lock_guard g(mutex_);
   if (size_ == 0) return std::span<const std::byte>();
   if (!map_) {
-    void* p = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED, fd_, 0);
+    void* p = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED, fd_.get(), 0);
     if (p == MAP_FAILED) return fail(sys_error(data_path_, "cannot map", errno));
     map_ = p;
   }
   return std::span<const std::byte>(static_cast<const std::byte*>(map_), static_cast<std::size_t>(size_));
 }
 
-Result<std::vector<BlobEntry>> list_blobs(const std::string& root) {
+Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
   std::vector<BlobEntry> out;
-  const std::string dir = root + "/blobs";
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) return out;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with(".") || !entry.is_directory()) continue;
+  if (cache.blobs_fd() < 0) return out;
+  const std::string blobs_path = cache.blobs_path();
+  int listing = ::openat(cache.blobs_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (listing < 0) return fail(sys_error(blobs_path, "cannot list", errno));
+  DIR* d = ::fdopendir(listing);
+  if (!d) {
+    const int err = errno;
+    ::close(listing);
+    return fail(sys_error(blobs_path, "cannot list", err));
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (!name.starts_with(".")) names.emplace_back(name);
+  }
+  ::closedir(d);
+  for (const auto& name : names) {
     BlobEntry e;
     e.id = name;
-    auto meta = load_meta(entry.path().string() + "/meta.json");
-    if (!meta) return fail(meta.error());
-    if (*meta) e.meta = std::move(**meta);
-    e.present = total_bytes(e.meta.extents);
-    const std::string data = entry.path().string() + "/data";
+    const std::string dir_path = blobs_path + "/" + name;
     struct stat st {};
-    if (::stat(data.c_str(), &st) == 0) e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
-    if (::stat(entry.path().c_str(), &st) == 0) e.last_used = st.st_mtim.tv_sec;
-    int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) e.in_use = true;
-      ::close(fd);
+    if (::fstatat(cache.blobs_fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    e.last_used = st.st_mtim.tv_sec;
+    if (!S_ISDIR(st.st_mode)) {
+      out.push_back(std::move(e));  // not a blob (a planted link?): listed empty, never followed
+      continue;
+    }
+    UniqueFd dir(::openat(cache.blobs_fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) continue;
+    auto meta = load_meta(dir.get(), dir_path);
+    if (meta && *meta) e.meta = std::move(**meta);
+    e.present = total_bytes(e.meta.extents);
+    auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+    if (data) {
+      if (::fstat(data->get(), &st) == 0) e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+      if (::flock(data->get(), LOCK_EX | LOCK_NB) != 0) e.in_use = true;
     }
     out.push_back(std::move(e));
   }
-  if (ec) return fail(ErrorCode::Io, dir + ": cannot list: " + ec.message());
   return out;
 }
 
-Result<void> remove_blob(const std::string& root, const std::string& id) {
-  if (id.empty() || id.find('/') != std::string::npos || id.starts_with(".")) {
-    return fail(ErrorCode::InvalidArgument, "'" + id + "' is not a cache blob id");
+Result<void> remove_blob(const CacheDir& cache, const std::string& id) {
+  if (id.empty() || id.find('/') != std::string::npos || id.starts_with(".") ||
+      !check_path_component(id, "cache blob id")) {
+    return fail(ErrorCode::InvalidArgument, quote_name(id) + " is not a cache blob id");
   }
-  const std::string dir = root + "/blobs/" + id;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return fail(ErrorCode::NotFound, dir + ": no such cache blob");
-  int fd = ::open((dir + "/data").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    ::close(fd);
-    return fail(ErrorCode::InvalidArgument, dir + ": in use by another process; not removed");
+  const std::string dir_path = cache.blobs_path() + "/" + id;
+  struct stat st {};
+  if (cache.blobs_fd() < 0 || ::fstatat(cache.blobs_fd(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return fail(ErrorCode::NotFound, dir_path + ": no such cache blob");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    // Not a blob (e.g. a symbolic link planted there): the entry goes, whatever it points to stays.
+    if (::unlinkat(cache.blobs_fd(), id.c_str(), 0) != 0) return fail(sys_error(dir_path, "cannot remove", errno));
+    return {};
+  }
+  UniqueFd dir(::openat(cache.blobs_fd(), id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return fail(sys_error(dir_path, "cannot open", errno));
+  auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+  if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) {
+    return fail(ErrorCode::InvalidArgument, dir_path + ": in use by another process; not removed");
   }
   // Renamed away first, so no process can open a half-deleted blob.
-  const std::string trash = root + "/blobs/.trash-" + id + "-" + std::to_string(::getpid());
-  if (::rename(dir.c_str(), trash.c_str()) != 0) {
-    int err = errno;
-    if (fd >= 0) ::close(fd);
-    return fail(sys_error(dir, "cannot remove", err));
+  const std::string trash = ".trash-" + id + "-" + std::to_string(::getpid());
+  if (::renameat(cache.blobs_fd(), id.c_str(), cache.blobs_fd(), trash.c_str()) != 0) {
+    return fail(sys_error(dir_path, "cannot remove", errno));
   }
-  if (fd >= 0) ::close(fd);
-  fs::remove_all(trash, ec);
-  if (ec) return fail(ErrorCode::Io, trash + ": cannot remove: " + ec.message());
-  return {};
+  return remove_tree_at(cache.blobs_fd(), trash, cache.blobs_path());
 }
 
-Result<void> verify_blob(const std::string& root, const std::string& id) {
+Result<void> verify_blob(const CacheDir& cache, const std::string& id) {
   if (id.empty() || id.find('/') != std::string::npos || id.starts_with(".")) {
-    return fail(ErrorCode::InvalidArgument, "'" + id + "' is not a cache blob id");
+    return fail(ErrorCode::InvalidArgument, quote_name(id) + " is not a cache blob id");
   }
-  const std::string dir = root + "/blobs/" + id;
-  std::error_code dir_ec;
-  if (!fs::is_directory(dir, dir_ec)) return fail(ErrorCode::NotFound, dir + ": no such cache blob");
-  auto meta = load_meta(dir + "/meta.json");
+  const std::string dir_path = cache.blobs_path() + "/" + id;
+  auto dir = open_blob_dir(cache, id, false);
+  if (!dir) {
+    if (dir.error().code == ErrorCode::NotFound) return fail(ErrorCode::NotFound, dir_path + ": no such cache blob");
+    return fail(dir.error());
+  }
+  auto meta = load_meta(dir->get(), dir_path);
   if (!meta) return fail(meta.error());
-  if (!*meta) return fail(ErrorCode::Integrity, dir + "/meta.json: unreadable; the blob cannot be trusted");
-  const std::string data = dir + "/data";
-  int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(sys_error(data, "cannot open", errno));
+  if (!*meta) return fail(ErrorCode::Integrity, dir_path + "/meta.json: unreadable; the blob cannot be trusted");
+  const std::string data = dir_path + "/data";
+  auto fd = open_file_at(dir->get(), "data", O_RDONLY, 0, dir_path);
+  if (!fd) return fail(fd.error());
   struct stat st {};
-  ::fstat(fd, &st);
+  ::fstat(fd->get(), &st);
   if (static_cast<std::uint64_t>(st.st_size) != (*meta)->size) {
-    ::close(fd);
     return fail(ErrorCode::Integrity, data + ": size " + std::to_string(st.st_size) + ", expected " +
                                           std::to_string((*meta)->size));
   }
-  if (!(*meta)->complete || !(*meta)->sha256) {
-    ::close(fd);
-    return {};
-  }
-  auto h = sha256_of_fd(fd, (*meta)->size, data);
-  ::close(fd);
+  if (!(*meta)->complete || !(*meta)->sha256) return {};
+  auto h = sha256_of_fd(fd->get(), (*meta)->size, data);
   if (!h) return fail(h.error());
   if (*h != *(*meta)->sha256) {
-    auto lock = LockGuard::acquire(dir + "/lock");
+    auto lock = LockGuard::acquire(dir->get(), dir_path, cache.modes().file);
     if (!lock) return fail(lock.error());
     BlobMeta m = **meta;
     m.extents.clear();
     m.complete = false;
-    if (auto w = write_meta_file(dir + "/meta.json", m); !w) return fail(w.error());
-    ::chmod(data.c_str(), 0644);
-    int wfd = ::open(data.c_str(), O_RDWR | O_CLOEXEC);
-    if (wfd >= 0) {
-      punch_out(wfd, m.size);
-      ::close(wfd);
-    }
+    if (auto w = write_meta(dir->get(), dir_path, m, cache.modes().file); !w) return fail(w.error());
+    if (auto rw = reopen_writable(dir->get(), dir_path, fd->get(), cache.modes().file)) punch_out(rw->get(), m.size);
     return fail(ErrorCode::Integrity, data + ": sha256 is " + *h + ", expected " + *(*meta)->sha256 +
                                           "; its extents were discarded");
   }

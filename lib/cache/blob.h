@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Private: the persistent cache of remote files. One blob per remote identity:
+// Private: the persistent cache of remote files. One blob per remote identity and origin:
 //
 //   ROOT/blobs/ID/data       sparse file of the remote file's full size (read-only once complete)
-//   ROOT/blobs/ID/meta.json  what is present: committed extents, size, source, complete flag
+//   ROOT/blobs/ID/meta.json  what is present: committed extents, size, origin, source, complete flag
 //   ROOT/blobs/ID/lock       flock'd (exclusive) while meta.json is replaced
+//
+// IDs: `SHA256-ORIGINHASH` for a file whose sha256 the Hub named (X-Linked-Etag), fetched from
+// one origin (the endpoint's scheme://host:port); `SHA256` for such a file once it was verified
+// whole against its sha256 (renamed there from its origin's blob: the only blobs every origin
+// may read); `uHASH` for any other file (hash of URL without query, ETag and size: one origin
+// by construction). Partial bytes are therefore only ever served to the origin that sent them.
 //
 // Data is written first, made durable (fdatasync), and only then is its extent recorded, by
 // writing a new meta.json beside the old one, fsyncing it and renaming it over (then fsyncing
@@ -12,6 +18,10 @@
 // processes may share one cache: commits merge under the lock with whatever the others
 // committed, and a process using a blob holds a shared flock on its data file so that
 // `remove_blob` (and prune) never delete a blob in use.
+//
+// Every file is reached from directory descriptors with O_NOFOLLOW (fs_util.h): a symbolic link
+// planted in the cache is refused, never followed; directories not owned by the user or
+// writable by others are refused (CacheDir, Sharing).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cache/fs_util.h"
 #include "fetch/planner.h"
 #include "tensorfetch/error.hpp"
 
@@ -32,10 +43,41 @@ namespace tensorfetch::detail {
 /// `~/.cache/tensorfetch`.
 [[nodiscard]] std::string default_cache_root();
 
-/// Replaces `path` with `text` so that a reader sees the old or the new file, never a part:
-/// written to a temporary name beside it, fsync'd, renamed over, and the directory fsync'd.
-/// The directory must exist.
-[[nodiscard]] Result<void> write_file_atomically(const std::string& path, std::string_view text);
+/// The sharing the environment asks for: `Group` when `$TENSORFETCH_SHARED_CACHE` is `1`,
+/// `true`, `yes` or `on` (any case), else `Private`.
+[[nodiscard]] Sharing default_cache_sharing();
+
+/// An opened cache root and its `blobs/` and `snapshots/` directories, each checked (not a
+/// symbolic link; owner and mode as `sharing` allows). Immutable after `open`; thread-safe.
+class CacheDir {
+ public:
+  /// Opens the cache root `path`. With `create`, it and its subdirectories are made when
+  /// missing (modes_for(sharing)); without, a missing root is `NotFound` and missing
+  /// subdirectories are left absent. Refusals (`Io`) name the path, say why and how to fix it.
+  [[nodiscard]] static Result<std::shared_ptr<const CacheDir>> open(const std::string& path, Sharing sharing,
+                                                                    bool create);
+
+  /// The root as given.
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// Who may write it.
+  [[nodiscard]] Sharing sharing() const noexcept { return sharing_; }
+  /// The modes of what is created in it.
+  [[nodiscard]] const Modes& modes() const noexcept { return modes_; }
+  /// ROOT/blobs (-1: absent).
+  [[nodiscard]] int blobs_fd() const noexcept { return blobs_.get(); }
+  /// ROOT/snapshots (-1: absent).
+  [[nodiscard]] int snapshots_fd() const noexcept { return snapshots_.get(); }
+  /// ROOT/blobs as a path, for messages.
+  [[nodiscard]] std::string blobs_path() const { return path_ + "/blobs"; }
+  /// ROOT/snapshots as a path, for messages.
+  [[nodiscard]] std::string snapshots_path() const { return path_ + "/snapshots"; }
+
+ private:
+  std::string path_;
+  Sharing sharing_ = Sharing::Private;
+  Modes modes_;
+  UniqueFd root_, blobs_, snapshots_;
+};
 
 /// Lower-case hex sha256 of `bytes` (OpenSSL).
 [[nodiscard]] std::string sha256_hex(std::string_view bytes);
@@ -44,44 +86,68 @@ namespace tensorfetch::detail {
 /// files, and the name huggingface_hub gives them in its cache).
 [[nodiscard]] std::string git_blob_sha1(std::string_view content);
 
-/// A remote file's identity in the cache.
+/// The 64 lower-case hex digits of a sha256 named in an X-Linked-Etag value (`"<hex>"`, weak
+/// or not, any case), or nothing when it is not one. Pure.
+[[nodiscard]] std::optional<std::string> sha256_of_linked_etag(const std::optional<std::string>& linked_etag);
+
+/// A remote file's identity in the cache. A plain value.
 struct BlobIdentity {
-  std::string id;                     ///< directory name under ROOT/blobs
-  std::optional<std::string> sha256;  ///< the content's sha256, when the ETag is one (Hub LFS)
+  std::string id;                     ///< directory name under ROOT/blobs holding this origin's bytes
+  std::optional<std::string> sha256;  ///< the content's sha256, when the Hub named it (X-Linked-Etag)
+  std::string origin;                 ///< scheme://host[:port] of the URL the file was asked from
 };
 
-/// The identity of a remote file: its sha256 when `etag` is one (`"<64 hex>"`, as the Hub's
-/// X-Linked-Etag), else a hash of (URL without query, ETag, size). Pure.
-[[nodiscard]] BlobIdentity blob_identity(std::string_view url, const std::optional<std::string>& etag,
-                                         std::uint64_t size);
+/// The identity of a remote file asked for at `url` (the resolve URL, or the URL given): with a
+/// sha256 in `linked_etag` (the Hub's X-Linked-Etag), `SHA256-H` where H is a short hash of the
+/// URL's origin; else `u` + a hash of (URL without query, the ETag -- `linked_etag` if any,
+/// else `etag` --, size). An `ETag`, however it looks, never gives a sha256 (the Xet CDN's is 64
+/// hex digits and is not one). Pure.
+[[nodiscard]] BlobIdentity blob_identity(std::string_view url, const std::optional<std::string>& linked_etag,
+                                         const std::optional<std::string>& etag, std::uint64_t size);
 
 /// What `meta.json` records. A plain value.
 struct BlobMeta {
   std::uint64_t size = 0;             ///< the remote file's size
   std::optional<std::string> sha256;  ///< expected content hash, if known
   std::string url;                    ///< where it came from (query dropped), for `cache ls`
+  std::optional<std::string> origin;  ///< scheme://host[:port] whose bytes these are (none: written before 0.2)
   std::optional<std::string> etag;    ///< the ETag it was pinned to
   bool complete = false;              ///< every byte present (and verified when sha256 is known)
   RangeSet extents;                   ///< committed byte ranges
+};
+
+/// Whether `Blob::open` may create a blob.
+enum class BlobCreate {
+  IfMissing,  ///< create it when absent
+  No,         ///< open an existing one only; `NotFound` when absent
 };
 
 /// A blob opened for reading and writing. Owns its file descriptors and mapping. Thread-safe:
 /// `write_at` may run on one thread while `commit` runs on another.
 class Blob {
  public:
-  /// Opens (creating if needed) the blob `identity.id` under `root`, of `size` bytes. An existing
-  /// blob whose recorded size differs is refused (`Integrity`). Takes a shared "in use" lock.
-  [[nodiscard]] static Result<std::unique_ptr<Blob>> open(const std::string& root, const BlobIdentity& identity,
-                                                          std::uint64_t size, std::string_view url,
-                                                          const std::optional<std::string>& etag);
+  /// Opens the blob of `identity` in `cache`, of `size` bytes: for a sha256 identity, a blob
+  /// verified whole against that sha256 when there is one (any origin's), else this origin's
+  /// (`identity.id`), created when absent if `create` allows. An existing blob whose recorded
+  /// size differs is refused (`Integrity`); one recorded for another origin holds nothing for
+  /// this one. Symbolic links, and files or directories others could have changed, are refused
+  /// (`Io`, naming the path). Takes a shared "in use" lock.
+  [[nodiscard]] static Result<std::unique_ptr<Blob>> open(std::shared_ptr<const CacheDir> cache,
+                                                          const BlobIdentity& identity, std::uint64_t size,
+                                                          std::string_view url, const std::optional<std::string>& etag,
+                                                          BlobCreate create = BlobCreate::IfMissing);
   ~Blob();
   Blob(const Blob&) = delete;
   Blob& operator=(const Blob&) = delete;
 
-  [[nodiscard]] const std::string& id() const noexcept { return id_; }
+  /// Its directory name under ROOT/blobs (changes when `finish` shares a verified blob).
+  [[nodiscard]] std::string id() const;
+  /// The remote file's size.
   [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
-  [[nodiscard]] const std::string& data_path() const noexcept { return data_path_; }
-  [[nodiscard]] int fd() const noexcept { return fd_; }
+  /// Path of the data file (for hard links and messages; changes with `id`).
+  [[nodiscard]] std::string data_path() const;
+  /// The data file's descriptor (read-only once complete).
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
 
   /// Writes bytes at `offset` (pwrite; not yet committed). A full disk is an `Io` error that
   /// names the file and says so.
@@ -107,9 +173,14 @@ class Blob {
   /// True when every byte is present and, for a sha256 identity, verified.
   [[nodiscard]] bool complete() const;
 
+  /// True when this is a blob verified whole that every origin may read (`SHA256`): it is never
+  /// written to.
+  [[nodiscard]] bool shared_verified() const noexcept { return shared_verified_; }
+
   /// When every byte is committed but the blob is not yet marked complete: hashes it (sha256
-  /// identities), marks it complete and read-only. A mismatch discards every extent (the bytes
-  /// are never served) and is an `Integrity` error naming `what`. Otherwise a no-op.
+  /// identities), marks it complete and read-only, and makes a sha256-verified blob readable by
+  /// every origin (renamed to `SHA256` unless one exists). A mismatch discards every extent
+  /// (the bytes are never served) and is an `Integrity` error naming `what`. Otherwise a no-op.
   [[nodiscard]] Result<void> finish(const std::string& what);
 
   /// Read-only view of the whole file (MAP_SHARED); only committed ranges may be read from it.
@@ -126,12 +197,17 @@ class Blob {
 
  private:
   Blob() = default;
-  Result<void> write_meta_locked(const BlobMeta& meta);
   Result<BlobMeta> read_meta() const;
+  std::string dir_path() const;
+  void promote();
 
-  std::string dir_, id_, data_path_, meta_path_, lock_path_;
+  std::shared_ptr<const CacheDir> cache_;
+  UniqueFd dir_fd_;
+  std::string id_, dir_path_, data_path_;  // guarded by mutex_ (promote changes them)
+  std::optional<std::string> promote_to_;  // the sha256 of a per-origin sha256 blob
+  bool shared_verified_ = false;
   std::uint64_t size_ = 0;
-  int fd_ = -1;
+  UniqueFd fd_;
   mutable std::mutex mutex_;
   BlobMeta meta_;
   void* map_ = nullptr;
@@ -149,15 +225,17 @@ struct BlobEntry {
   bool in_use = false;             ///< another process holds it open
 };
 
-/// Every blob under `root` (none if the directory does not exist).
-[[nodiscard]] Result<std::vector<BlobEntry>> list_blobs(const std::string& root);
+/// Every blob of `cache` (none if it has no blobs/). Entries that are not directories (a
+/// planted symbolic link) are listed with nothing present, never followed.
+[[nodiscard]] Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache);
 
-/// Deletes a blob unless a process has it open (then `InvalidArgument`, "in use").
-[[nodiscard]] Result<void> remove_blob(const std::string& root, const std::string& id);
+/// Deletes a blob unless a process has it open (then `InvalidArgument`, "in use"). Never
+/// follows a symbolic link: a link planted at ROOT/blobs/ID is removed, its target left alone.
+[[nodiscard]] Result<void> remove_blob(const CacheDir& cache, const std::string& id);
 
 /// Re-hashes a complete blob with a sha256 identity; a mismatch discards its extents and is
 /// an `Integrity` error. Blobs without a known hash or not complete: checks the data file size.
-[[nodiscard]] Result<void> verify_blob(const std::string& root, const std::string& id);
+[[nodiscard]] Result<void> verify_blob(const CacheDir& cache, const std::string& id);
 
 /// Hashes `length` bytes of an open file from offset 0 with sha256, reading in 1 MiB blocks.
 [[nodiscard]] Result<std::string> sha256_of_fd(int fd, std::uint64_t length, const std::string& what);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/mapped_file.h"
 
+#include "cache/fs_util.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -22,31 +24,35 @@ Error io_error(const std::string& path, const char* what, int err) {
 }  // namespace
 
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(io_error(path, "cannot open", errno));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return fail(io_error(path, "cannot open", errno));
+  return map_fd(fd.get(), path);
+}
+
+Result<MappedFile> MappedFile::open_within(const std::string& root_in, const std::string& path) {
+  if (root_in.empty()) return open(path);
+  std::string root = root_in;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (!path.starts_with(root + "/")) return fail(ErrorCode::Io, path + ": not inside " + root + "; refused");
+  UniqueFd rootfd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfd) return fail(io_error(root, "cannot open directory", errno));
+  auto fd = open_file_within(rootfd.get(), std::string_view(path).substr(root.size() + 1), root);
+  if (!fd) return fail(fd.error());
+  return map_fd(fd->get(), path);
+}
+
+Result<MappedFile> MappedFile::map_fd(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return fail(io_error(path, "cannot stat", err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail(ErrorCode::Io, path + ": not a regular file");
-  }
+  if (::fstat(fd, &st) != 0) return fail(io_error(path, "cannot stat", errno));
+  if (!S_ISREG(st.st_mode)) return fail(ErrorCode::Io, path + ": not a regular file");
   MappedFile out;
   out.size_ = static_cast<std::size_t>(st.st_size);
   if (out.size_ > 0) {
     void* p = ::mmap(nullptr, out.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return fail(io_error(path, "cannot map", err));
-    }
+    if (p == MAP_FAILED) return fail(io_error(path, "cannot map", errno));
     out.data_ = p;
   }
-  ::close(fd);  // the mapping keeps the file alive
-  return out;
+  return out;  // the mapping keeps the file alive
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

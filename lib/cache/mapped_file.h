@@ -19,6 +19,15 @@ class MappedFile {
   /// Maps `path`; a regular file is required. Errors name the path (`NotFound`, `Io`).
   [[nodiscard]] static Result<MappedFile> open(const std::string& path);
 
+  /// Maps the regular file open as `fd` (the descriptor stays the caller's); `path` names it
+  /// in errors.
+  [[nodiscard]] static Result<MappedFile> map_fd(int fd, const std::string& path);
+
+  /// Maps `path` only if it lies inside the directory `root` (both as the user gave them):
+  /// `path` must be `root/REL`, and symbolic links below `root` are followed only while they
+  /// stay inside it (fs_util.h, open_file_within). An empty `root` maps `path` as `open` does.
+  [[nodiscard]] static Result<MappedFile> open_within(const std::string& root, const std::string& path);
+
   MappedFile() = default;
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

@@ -378,6 +378,7 @@ void tf_open_options_init(tf_open_options* options) noexcept {
   *options = tf_open_options{};
   options->size = sizeof(tf_open_options);
   options->offline = TF_OFFLINE_FROM_ENV;
+  options->shared_cache = TF_SHARED_CACHE_FROM_ENV;
 }
 
 tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpoint** out,
@@ -411,6 +412,17 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
             return store_error(err, TF_ERR_INVALID_ARGUMENT,
                                "tf_open_options.offline must be 0, 1 or TF_OFFLINE_FROM_ENV, not ",
                                std::to_string(options->offline));
+        }
+      }
+      if (TF_HOLDS(tf_open_options, options, shared_cache)) {
+        switch (options->shared_cache) {
+          case TF_SHARED_CACHE_FROM_ENV: break;
+          case 0: o.shared_cache = false; break;
+          case 1: o.shared_cache = true; break;
+          default:
+            return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                               "tf_open_options.shared_cache must be 0, 1 or TF_SHARED_CACHE_FROM_ENV, not ",
+                               std::to_string(options->shared_cache));
         }
       }
     }

@@ -90,7 +90,7 @@ namespace {
 // Maps and validates one safetensors file of `impl`.
 Result<void> load_file(Checkpoint::Impl& impl, std::size_t i, HeaderParser& parser) {
   const std::string path = impl.local_path(i);
-  auto map = detail::MappedFile::open(path);
+  auto map = detail::MappedFile::open_within(impl.confine_root, path);
   if (!map) return fail(map.error());
   // The whole mapping is given, so the header is parsed in place.
   auto header = parser.parse_file_prefix(map->bytes(), map->size());
@@ -156,7 +156,8 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
                          "model.safetensors.index.json or diffusers checkpoint");
     }
     // config.json beside the checkpoint, for quantization rules.
-    if (auto cfg = detail::MappedFile::open(path + "/config.json"); cfg && cfg->size() <= (16u << 20)) {
+    if (auto cfg = detail::MappedFile::open_within(impl.confine_root, path + "/config.json");
+        cfg && cfg->size() <= (16u << 20)) {
       impl.config_json = std::string(reinterpret_cast<const char*>(cfg->bytes().data()), cfg->size());
     }
     path = found;
@@ -172,7 +173,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
   impl.root = dir;
   if (detail::is_index_path(name)) {
     impl.index_name = name;
-    auto map = detail::MappedFile::open(path);
+    auto map = detail::MappedFile::open_within(impl.confine_root, path);
     if (!map) return fail(map.error());
     auto index = parse_index(map->bytes());
     if (!index) return fail(index.error().with_context(path));

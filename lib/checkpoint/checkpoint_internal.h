@@ -26,15 +26,21 @@ namespace tensorfetch {
 /// without any request. In snapshot.cc.
 [[nodiscard]] Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>& keys);
 
-/// Records what `impl` is made of under its snapshot keys, for offline opens. In snapshot.cc.
-[[nodiscard]] Result<void> write_snapshot(const Checkpoint::Impl& impl);
+/// Records what `impl` is made of (files, ETags, every header) under its snapshot keys, for
+/// offline opens and for skipping header requests at a known commit. In snapshot.cc.
+[[nodiscard]] Result<void> write_snapshot(Checkpoint::Impl& impl);
+
+/// Opens, without creating anything, the cache blobs earlier fetches left for the files of
+/// `impl` that have none open yet, so that their bytes can be viewed. In fetch.cc.
+void open_existing_blobs(Checkpoint::Impl& impl);
 
 /// What a remote file needs beyond CheckpointFile, to fetch its bytes.
 struct RemoteFileState {
   std::string resolve_url;                  // the URL asked first (resolve URL or direct URL)
   std::optional<std::string> range_etag;    // ETag of the server answering ranges (If-Match)
   std::optional<std::string> linked_etag;   // X-Linked-Etag (the Hub's sha256)
-  std::string prefix;                       // first bytes read by open (header and more)
+  std::string prefix;                       // first bytes read by open (header and more; from
+                                            // a snapshot manifest: the header only)
   std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open); see blob_mutex
   std::string range_url;                    // where ranges are read now ("" = CheckpointFile::url);
                                             // changes when an expired URL is resolved again
@@ -66,11 +72,15 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string index_text;                        // the index as received
   std::string token, token_authority, endpoint;  // resolved auth and endpoint
   std::string cache_root;                        // tensorfetch cache
+  detail::Sharing cache_sharing = detail::Sharing::Private;  // who may write it
+  std::shared_ptr<const detail::CacheDir> cache; // opened on first use (see open_cache)
   std::vector<std::string> snapshot_keys;        // manifest names to record after a fetch
   bool hub = false;                              // a Hub repo (not a plain URL)
   bool offline = false;                          // no requests (HF_HUB_OFFLINE / --offline)
   std::string revision;                          // Hub: the revision as given
   std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME
+  std::string confine_root;                      // local files must lie inside this directory
+                                                 // (links followed only within it; "" = any)
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();
@@ -79,6 +89,16 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   /// every range of `needed` is present (`NotFetched` naming `what` otherwise).
   [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                 const std::string& what) const;
+
+  /// The cache, opened on first use; with `create`, made if missing (a fetch), else `NotFound`
+  /// when absent (inspecting writes nothing). Refusals (a symlinked or foreign root) are errors.
+  [[nodiscard]] Result<std::shared_ptr<const detail::CacheDir>> open_cache(bool create);
+
+  /// The cache identity of remote file `file` (its sha256 and origin when the Hub named one).
+  [[nodiscard]] detail::BlobIdentity blob_identity(std::size_t file) const {
+    const auto& rf = rfiles[file];
+    return detail::blob_identity(rf.resolve_url, rf.linked_etag, rf.range_etag, files[file].size);
+  }
 
   [[nodiscard]] std::string local_path(std::size_t file) const {
     return root.empty() ? files[file].path : root + "/" + files[file].path;

@@ -25,18 +25,30 @@ Error sys_error(const std::string& path, const std::string& what, int err) {
   return Error{err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, path + ": " + what + ": " + std::strerror(err)};
 }
 
-// Opens the cache blob of remote file `i` and records the bytes `open` already read.
+// Opens the cache blob of remote file `i` (creating it unless offline) and records the bytes
+// `open` already read. Offline, a file the cache has no blob of is left without one.
 Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
   auto& rf = impl.rfiles[i];
   if (!rf.local_path.empty()) return {};
   const auto& file = impl.files[i];
-  if (!rf.blob) {
-    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag ? rf.linked_etag : rf.range_etag, file.size);
-    auto blob = detail::Blob::open(impl.cache_root, id, file.size, rf.resolve_url, file.etag);
-    if (!blob) return fail(blob.error().with_context(file.path));
+  if (!rf.blob || (rf.blob->shared_verified() && !rf.blob->complete())) {
+    // (A verified blob shared by every origin that was discarded since, e.g. by `cache verify`,
+    // is never written to: this origin's own blob is used instead.)
+    auto cache = impl.open_cache(!impl.offline);
+    if (!cache) {
+      if (impl.offline && cache.error().code == ErrorCode::NotFound) return {};
+      return fail(cache.error().with_context(file.path));
+    }
+    auto blob = detail::Blob::open(*cache, impl.blob_identity(i), file.size, rf.resolve_url, file.etag,
+                                   impl.offline ? detail::BlobCreate::No : detail::BlobCreate::IfMissing);
+    if (!blob) {
+      if (impl.offline && blob.error().code == ErrorCode::NotFound) return {};
+      return fail(blob.error().with_context(file.path));
+    }
     std::unique_lock lock(impl.blob_mutex);
     rf.blob = std::move(*blob);
   }
+  if (impl.offline || rf.blob->shared_verified() || rf.blob->complete()) return {};
   const ByteRange head{0, std::min<std::uint64_t>(rf.prefix.size(), file.size)};
   if (head.length > 0 && !rf.blob->has(head)) {
     if (auto w = rf.blob->write_at(0, std::as_bytes(std::span(rf.prefix)).first(head.length)); !w) {
@@ -57,11 +69,20 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   FetchJob job;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
     auto& rf = impl.rfiles[i];
-    if (!options.sink) {
-      if (auto r = ensure_blob(impl, i); !r) return fail(r.error());
-      if (!rf.local_path.empty()) continue;  // the HF cache holds it
-    }
+    // Only files whose bytes are wanted get a cache blob: a few tensors of a repo of thousands
+    // of shards touch only the shards that hold them.
     if (wanted[i].empty()) continue;
+    if (!options.sink) {
+      if (!rf.local_path.empty()) continue;  // the HF cache holds it
+      if (auto r = ensure_blob(impl, i); !r) return fail(r.error());
+      if (!rf.blob) {  // offline, and never fetched
+        const ByteRange& first = wanted[i].front();
+        return fail(ErrorCode::NotFetched, impl.location + ": offline (HF_HUB_OFFLINE / --offline), and " +
+                                               impl.files[i].path + " is not in the cache (bytes " +
+                                               std::to_string(first.offset) + "-" +
+                                               std::to_string(first.end() - (first.length ? 1 : 0)) + " wanted)");
+      }
+    }
     detail::FetchFile f;
     f.what = impl.files[i].path;
     {
@@ -217,6 +238,29 @@ Result<void> place_text(const std::string& text, const std::string& target) {
 
 }  // namespace
 
+Result<std::shared_ptr<const detail::CacheDir>> Checkpoint::Impl::open_cache(bool create) {
+  if (cache && (!create || cache->blobs_fd() >= 0)) return cache;
+  auto opened = detail::CacheDir::open(cache_root, cache_sharing, create);
+  if (!opened) return fail(opened.error());
+  cache = *opened;
+  return cache;
+}
+
+void open_existing_blobs(Checkpoint::Impl& impl) {
+  auto cache = impl.open_cache(false);
+  if (!cache) return;  // none yet (or refused: the fetch will say why)
+  for (std::size_t i = 0; i < impl.files.size(); ++i) {
+    auto& rf = impl.rfiles[i];
+    if (rf.blob || !rf.local_path.empty()) continue;
+    auto blob = detail::Blob::open(*cache, impl.blob_identity(i), impl.files[i].size, rf.resolve_url,
+                                   impl.files[i].etag, detail::BlobCreate::No);
+    if (blob) {
+      std::unique_lock lock(impl.blob_mutex);
+      rf.blob = std::move(*blob);
+    }
+  }
+}
+
 Result<FetchStats> Checkpoint::fetch(std::span<const Selection> selection, const FetchOptions& options) {
   if (auto r = check_selection(*impl_, selection); !r) return fail(r.error());
   return run_fetch(*impl_, wanted_ranges(*impl_, selection), options);
@@ -306,27 +350,128 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
 
 namespace {
 
-// A relative symlink `link` -> `target` (both absolute paths), replaced atomically.
-Result<void> place_symlink(const std::string& target, const std::string& link) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(fs::path(link).parent_path(), ec);
-  if (ec) return fail(ErrorCode::Io, link + ": cannot create directory: " + ec.message());
-  const std::string relative = fs::path(target).lexically_relative(fs::path(link).parent_path()).string();
-  const std::string tmp = link + ".tmp-" + std::to_string(::getpid());
-  ::unlink(tmp.c_str());
-  if (::symlink(relative.c_str(), tmp.c_str()) != 0 || ::rename(tmp.c_str(), link.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return fail(sys_error(link, "cannot create symlink", err));
-  }
-  return {};
-}
+// The Hugging Face cache of one repo (models--ORG--NAME), written as huggingface_hub lays it
+// out. Everything below that directory is reached with O_NOFOLLOW from directory descriptors,
+// and every name comes from a checked string (a 40-hex commit, a sha256, a checked revision and
+// shard names), so nothing lands outside it; modes follow the umask, as huggingface_hub's do.
+struct HfCacheWriter {
+  detail::UniqueFd root;
+  std::string root_path;
+  mode_t dir_mode = 0755;
+  mode_t file_mode = 0644;
 
-bool exists_with_size(const std::string& path, std::uint64_t size) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) == size;
-}
+  static Result<HfCacheWriter> open(const std::string& repo_dir) {
+    HfCacheWriter w;
+    const mode_t um = detail::current_umask();
+    w.dir_mode = 0777 & ~um;
+    w.file_mode = 0666 & ~um;
+    w.root_path = repo_dir;
+    auto fd = detail::open_root_dir(repo_dir, true, w.dir_mode);
+    if (!fd) return fail(fd.error().with_context("the Hugging Face cache"));
+    w.root = std::move(*fd);
+    return w;
+  }
+
+  // The directory `rel` below the repo directory, created as needed.
+  Result<detail::UniqueFd> dir(const std::string& rel) const {
+    return detail::open_dir_at(root.get(), rel, root_path, true, dir_mode);
+  }
+
+  // blobs/NAME from the file at `source` (hard link, else a copy of `source_fd`), unless a
+  // regular file of that size is there.
+  Result<void> blob(const std::string& name, const std::string& source, int source_fd, std::uint64_t size) const {
+    auto blobs = dir("blobs");
+    if (!blobs) return fail(blobs.error());
+    struct stat st {};
+    if (::fstatat(blobs->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::uint64_t>(st.st_size) == size) {
+      return {};
+    }
+    const std::string shown = root_path + "/blobs/" + name;
+    const std::string tmp = name + ".tmp-" + std::to_string(::getpid());
+    ::unlinkat(blobs->get(), tmp.c_str(), 0);
+    if (::linkat(AT_FDCWD, source.c_str(), blobs->get(), tmp.c_str(), 0) != 0) {
+      auto out = detail::open_file_at(blobs->get(), tmp, O_WRONLY | O_CREAT | O_EXCL, file_mode, root_path + "/blobs");
+      if (!out) return fail(out.error());
+      for (std::uint64_t done = 0; done < size;) {
+        off_t in_off = static_cast<off_t>(done);
+        const ssize_t n = ::copy_file_range(source_fd, &in_off, out->get(), nullptr,
+                                            static_cast<std::size_t>(std::min<std::uint64_t>(size - done, 1 << 30)), 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::vector<char> buf(1 << 20);
+          const ssize_t r = ::pread(source_fd, buf.data(), std::min<std::size_t>(buf.size(), size - done),
+                                    static_cast<off_t>(done));
+          if (r <= 0 || ::write(out->get(), buf.data(), static_cast<std::size_t>(r)) != r) {
+            const int err = r < 0 ? errno : EIO;
+            ::unlinkat(blobs->get(), tmp.c_str(), 0);
+            return fail(sys_error(shown, "cannot copy " + source + " here", err));
+          }
+          done += static_cast<std::uint64_t>(r);
+          continue;
+        }
+        done += static_cast<std::uint64_t>(n);
+      }
+      if (::fsync(out->get()) != 0) {
+        const int err = errno;
+        ::unlinkat(blobs->get(), tmp.c_str(), 0);
+        return fail(sys_error(shown, "fsync failed", err));
+      }
+    }
+    if (::renameat(blobs->get(), tmp.c_str(), blobs->get(), name.c_str()) != 0) {
+      const int err = errno;
+      ::unlinkat(blobs->get(), tmp.c_str(), 0);
+      return fail(sys_error(shown, "cannot rename into place", err));
+    }
+    return {};
+  }
+
+  // blobs/NAME holding `text`.
+  Result<void> small_blob(const std::string& name, const std::string& text) const {
+    auto blobs = dir("blobs");
+    if (!blobs) return fail(blobs.error());
+    struct stat st {};
+    if (::fstatat(blobs->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::uint64_t>(st.st_size) == text.size()) {
+      return {};
+    }
+    return detail::write_file_atomically_at(blobs->get(), name, text, file_mode, root_path + "/blobs");
+  }
+
+  // snapshots/COMMIT/PATH -> ../../(..)/blobs/NAME, a relative symlink replaced atomically.
+  Result<void> link(const std::string& commit, const std::string& path, const std::string& name) const {
+    if (auto r = detail::check_relative_path(path, "file name in the repo"); !r) return r;
+    const auto slash = path.rfind('/');
+    const std::string parent = "snapshots/" + commit + (slash == std::string::npos ? "" : "/" + path.substr(0, slash));
+    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+    auto d = dir(parent);
+    if (!d) return fail(d.error());
+    std::string target;
+    for (std::size_t i = 0, n = 2 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/')); i < n; ++i) {
+      target += "../";
+    }
+    target += "blobs/" + name;
+    const std::string tmp = base + ".tmp-" + std::to_string(::getpid());
+    ::unlinkat(d->get(), tmp.c_str(), 0);
+    if (::symlinkat(target.c_str(), d->get(), tmp.c_str()) != 0 ||
+        ::renameat(d->get(), tmp.c_str(), d->get(), base.c_str()) != 0) {
+      const int err = errno;
+      ::unlinkat(d->get(), tmp.c_str(), 0);
+      return fail(sys_error(root_path + "/" + parent + "/" + base, "cannot create symlink", err));
+    }
+    return {};
+  }
+
+  // refs/REVISION holding the commit.
+  Result<void> ref(const std::string& revision, const std::string& commit) const {
+    if (auto r = detail::check_revision(revision); !r) return r;
+    const auto slash = revision.rfind('/');
+    auto d = dir(slash == std::string::npos ? std::string("refs") : "refs/" + revision.substr(0, slash));
+    if (!d) return fail(d.error());
+    return detail::write_file_atomically_at(d->get(), slash == std::string::npos ? revision : revision.substr(slash + 1),
+                                            commit, file_mode, root_path + "/refs");
+  }
+};
 
 }  // namespace
 
@@ -337,37 +482,34 @@ Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
                 impl.location + ": only Hub repos (with a commit) can be published into the Hugging Face cache");
   }
   if (impl.hf_repo_dir.empty()) return fail(ErrorCode::InvalidArgument, "no Hugging Face cache directory (set HF_HOME)");
-  const std::string blobs = impl.hf_repo_dir + "/blobs/";
-  const std::string snapshot = impl.hf_repo_dir + "/snapshots/" + *impl.commit + "/";
+  const std::string& commit = *impl.commit;
+  if (auto r = detail::check_path_component(commit, "commit"); !r || commit.size() != 40) {
+    return fail(ErrorCode::BadResponse, impl.location + ": commit " + quote_name(commit) + " is not a commit id");
+  }
   const auto slash = impl.index_name.rfind('/');
   const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
+  auto writer = HfCacheWriter::open(impl.hf_repo_dir);
+  if (!writer) return fail(writer.error());
   std::size_t published = 0;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
     const auto& rf = impl.rfiles[i];
     const auto& file = impl.files[i];
-    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag, file.size);
-    if (!id.sha256) continue;  // huggingface_hub names LFS blobs by sha256; without one, skip
-    std::string source;
+    const auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
+    if (!sha) continue;  // huggingface_hub names LFS blobs by sha256; without one, skip
     if (!rf.local_path.empty()) {
-      source = rf.local_path;
-    } else if (std::shared_lock lock(impl.blob_mutex); rf.blob && rf.blob->complete()) {
-      source = rf.blob->data_path();
+      // Read from the Hugging Face cache: its blob is there already; the snapshot link may not be.
+    } else if (std::shared_lock lock(impl.blob_mutex); rf.blob && rf.blob->complete() && rf.blob->fd() >= 0) {
+      if (auto r = writer->blob(*sha, rf.blob->data_path(), rf.blob->fd(), file.size); !r) return fail(r.error());
     } else {
       continue;  // not whole in the cache
     }
-    const std::string blob = blobs + *id.sha256;
-    if (!exists_with_size(blob, file.size)) {
-      if (auto r = place_file(source, blob, true); !r) return fail(r.error());
-    }
-    if (auto r = place_symlink(blob, snapshot + dir + file.path); !r) return fail(r.error());
+    if (auto r = writer->link(commit, dir + file.path, *sha); !r) return fail(r.error());
     ++published;
   }
   auto small_file = [&](const std::string& text, const std::string& path) -> Result<void> {
-    const std::string blob = blobs + detail::git_blob_sha1(text);
-    if (!exists_with_size(blob, text.size())) {
-      if (auto r = place_text(text, blob); !r) return r;
-    }
-    return place_symlink(blob, snapshot + path);
+    const std::string name = detail::git_blob_sha1(text);
+    if (auto r = writer->small_blob(name, text); !r) return r;
+    return writer->link(commit, path, name);
   };
   if (impl.index && !impl.index_text.empty()) {
     if (auto r = small_file(impl.index_text, impl.index_name); !r) return fail(r.error());
@@ -375,8 +517,8 @@ Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
   if (impl.config_json) {
     if (auto r = small_file(*impl.config_json, "config.json"); !r) return fail(r.error());
   }
-  if (impl.revision != *impl.commit) {
-    if (auto r = place_text(*impl.commit, impl.hf_repo_dir + "/refs/" + impl.revision); !r) return fail(r.error());
+  if (impl.revision != commit) {
+    if (auto r = writer->ref(impl.revision, commit); !r) return fail(r.error());
   }
   return published;
 }

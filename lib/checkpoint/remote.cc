@@ -6,8 +6,12 @@
 //  3. only for headers larger than W: the rest of those headers, at once.
 // No HEAD: sizes come from Content-Range. Redirects are followed one hop at a time so that the
 // token goes to the endpoint host only, and the CDN URL is kept for later range requests.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -60,6 +64,11 @@ Result<std::string> find_token() {
   }
   if (auto ok = detail::check_token(token, path); !ok) return fail(ok.error());
   return token;
+}
+
+// A git commit id as the Hub names it: exactly 40 lower-case hex digits.
+bool is_commit_id(std::string_view s) {
+  return s.size() == 40 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 std::string header_or(const detail::Headers& h, const char* name, std::string fallback = {}) {
@@ -137,10 +146,16 @@ struct Remote {
     return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
   }
 
-  // Records the commit a response named; refuses a second, different one.
+  // Records the commit a response named; refuses a second, different one, and anything that is
+  // not a commit id (it becomes a path in the Hugging Face cache).
   Result<void> note_commit(const HttpResponse& r, const std::string& what) {
     std::string commit = find_header(r, "x-repo-commit");
     if (commit.empty()) return {};
+    if (!is_commit_id(commit)) {
+      return fail(ErrorCode::BadResponse, what + ": the server named the commit " + quote_name(commit) +
+                                              " (X-Repo-Commit), which is not a commit id (40 lower-case hex "
+                                              "digits); refused: " + r.url);
+    }
     if (!impl.commit) {
       impl.commit = commit;
     } else if (*impl.commit != commit) {
@@ -202,24 +217,32 @@ struct Remote {
     if (location.kind != detail::LocationKind::Hub || !impl.commit || hf_repo_dir.empty()) return std::nullopt;
     const auto slash = impl.index_name.rfind('/');
     const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
-    const std::string path = hf_repo_dir + "/snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
+    const std::string rel = "snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
+    // The snapshot entry is a link into ../../blobs/: followed only while it stays inside the
+    // repo's directory of the Hugging Face cache.
+    detail::UniqueFd root(::open(hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return std::nullopt;
+    std::string resolved;
+    auto fd = detail::open_file_within(root.get(), rel, hf_repo_dir, &resolved);
+    if (!fd) return std::nullopt;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-    std::ifstream f(path, std::ios::binary);
+    if (::fstat(fd->get(), &st) != 0) return std::nullopt;
+    const auto size = static_cast<std::uint64_t>(st.st_size);
     char len8[8];
-    if (!f.read(len8, 8)) return std::nullopt;
-    auto n = parse_header_size(std::as_bytes(std::span(len8)), static_cast<std::uint64_t>(st.st_size));
+    if (::pread(fd->get(), len8, 8, 0) != 8) return std::nullopt;
+    auto n = parse_header_size(std::as_bytes(std::span(len8)), size);
     if (!n) return std::nullopt;  // not valid: let the server's copy decide
     RemoteFileState state;
     state.prefix.resize(static_cast<std::size_t>(kPrefixSize + *n));
-    f.seekg(0);
-    if (!f.read(state.prefix.data(), static_cast<std::streamsize>(state.prefix.size()))) return std::nullopt;
+    if (::pread(fd->get(), state.prefix.data(), state.prefix.size(), 0) != static_cast<ssize_t>(state.prefix.size())) {
+      return std::nullopt;
+    }
     state.resolve_url = impl.files[i].url;
-    state.local_path = path;
-    std::error_code ec;
-    const std::string target = std::filesystem::canonical(path, ec).filename().string();
-    if (!ec && target.size() == 64) state.linked_etag = "\"" + target + "\"";
-    impl.files[i].size = static_cast<std::uint64_t>(st.st_size);
+    state.local_path = hf_repo_dir + "/" + rel;
+    if (resolved.starts_with("blobs/")) {
+      if (auto sha = detail::sha256_of_linked_etag(resolved.substr(6))) state.linked_etag = "\"" + *sha + "\"";
+    }
+    impl.files[i].size = size;
     impl.files[i].etag = state.linked_etag;
     return state;
   }
@@ -488,6 +511,9 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   impl.token = remote.token;
   impl.token_authority = remote.token_authority;
   impl.cache_root = !options.cache_dir.empty() ? options.cache_dir : detail::default_cache_root();
+  impl.cache_sharing = !options.shared_cache ? detail::default_cache_sharing()
+                       : *options.shared_cache ? detail::Sharing::Group
+                                               : detail::Sharing::Private;
   const auto& loc = remote.location;
   auto key = [&](const std::string& revision) {
     if (loc.kind == detail::LocationKind::Http) return detail::sha256_hex("url\n" + loc.url);
@@ -505,21 +531,37 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     auto r = open_offline(impl, impl.snapshot_keys);
     if (!r && r.error().code == ErrorCode::NotFetched && !remote.hf_repo_dir.empty()) {
       // Not fetched by tensorfetch: a snapshot of the Hugging Face cache, as huggingface_hub
-      // left it (refs/<rev> names the commit, unless the revision is one), is opened as local files.
+      // left it (refs/<rev> names the commit, unless the revision is one), is opened as local
+      // files, every one inside the repo's directory of that cache (links followed only there).
       const auto& hub = loc.hub;
       std::string commit = hub.revision;
-      if (std::ifstream ref(remote.hf_repo_dir + "/refs/" + hub.revision); ref) std::getline(ref, commit);
-      const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
+      detail::UniqueFd repo(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (repo) {
+        if (auto ref = detail::open_file_within(repo.get(), "refs/" + hub.revision, remote.hf_repo_dir)) {
+          char buf[128];
+          const ssize_t n = ::pread(ref->get(), buf, sizeof buf, 0);
+          commit.assign(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
+          while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back()))) commit.pop_back();
+          if (!is_commit_id(commit)) {
+            return fail(ErrorCode::Io, remote.hf_repo_dir + "/refs/" + hub.revision + ": holds " + quote_name(commit) +
+                                           ", not a commit id (40 lower-case hex digits)");
+          }
+        }
+      }
       struct stat st {};
-      if (commit.find('/') == std::string::npos && ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      if (repo && is_commit_id(commit) &&
+          ::fstatat(repo.get(), ("snapshots/" + commit).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+        const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
         impl.remote = false;
         impl.commit = commit;
+        impl.confine_root = remote.hf_repo_dir;
         auto local = open_local(impl, hub.path ? dir + "/" + *hub.path : dir);
         if (!local) return fail(local.error().with_context(std::string(location_text)));
         return {};
       }
     }
     if (!r) return fail(r.error().with_context(std::string(location_text)));
+    open_existing_blobs(impl);
     return {};
   }
 
@@ -530,11 +572,13 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   if (opened && impl.commit && loc.kind == detail::LocationKind::Hub) {
     Checkpoint::Impl cached;
     cached.cache_root = impl.cache_root;
+    cached.cache_sharing = impl.cache_sharing;
     if (open_offline(cached, {key(*impl.commit)}) && cached.commit == impl.commit &&
         cached.files.size() == impl.files.size() && cached.index_name == impl.index_name) {
       impl.files = std::move(cached.files);
       impl.rfiles = std::move(cached.rfiles);
       impl.headers = std::move(cached.headers);
+      impl.cache = std::move(cached.cache);
       if (!impl.config_json) impl.config_json = std::move(cached.config_json);
       from_cache = true;
     }
@@ -551,34 +595,33 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   }
   // What earlier fetches left in the cache can be viewed at once (blobs are not created here:
   // inspecting writes nothing).
-  for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    auto& rf = impl.rfiles[i];
-    if (rf.blob || !rf.local_path.empty()) continue;
-    auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag ? rf.linked_etag : rf.range_etag, impl.files[i].size);
-    struct stat st {};
-    if (::stat((impl.cache_root + "/blobs/" + id.id + "/meta.json").c_str(), &st) != 0) continue;
-    auto blob = detail::Blob::open(impl.cache_root, id, impl.files[i].size, rf.resolve_url, impl.files[i].etag);
-    if (blob) rf.blob = std::move(*blob);
-  }
+  open_existing_blobs(impl);
   // Files the Hugging Face cache already holds (its snapshot of this commit, or a blob with the
-  // same sha256) are read from there: no download.
-  for (std::size_t i = 0; i < impl.files.size() && !remote.hf_repo_dir.empty(); ++i) {
+  // same sha256) are read from there: no download. Only files inside the repo's directory of
+  // that cache are read (a link leading elsewhere is not followed).
+  detail::UniqueFd hf_repo;
+  if (!remote.hf_repo_dir.empty()) hf_repo.reset(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (std::size_t i = 0; i < impl.files.size() && hf_repo; ++i) {
     auto& rf = impl.rfiles[i];
+    std::string rel;
     if (rf.local_path.empty()) {
-      auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag, impl.files[i].size);
-      if (!id.sha256) continue;
-      struct stat st {};
-      const std::string path = remote.hf_repo_dir + "/blobs/" + *id.sha256;
-      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-          static_cast<std::uint64_t>(st.st_size) != impl.files[i].size) {
-        continue;
-      }
-      rf.local_path = path;
+      auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
+      if (!sha) continue;
+      rel = "blobs/" + *sha;
+    } else {
+      rel = rf.local_path.substr(remote.hf_repo_dir.size() + 1);
     }
-    auto map = detail::MappedFile::open(rf.local_path);
+    auto fd = detail::open_file_within(hf_repo.get(), rel, remote.hf_repo_dir);
+    if (!fd) {
+      if (rf.local_path.empty()) continue;
+      return fail(fd.error().with_context("the Hugging Face cache"));
+    }
+    auto map = detail::MappedFile::map_fd(fd->get(), remote.hf_repo_dir + "/" + rel);
     if (!map || map->size() != impl.files[i].size) {
+      if (rf.local_path.empty()) continue;
       return fail(ErrorCode::Io, rf.local_path + ": the Hugging Face cache file could not be read");
     }
+    rf.local_path = remote.hf_repo_dir + "/" + rel;
     impl.maps.resize(impl.files.size());
     impl.maps[i] = std::move(*map);
   }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 
+#include "format/json_internal.h"
 #include "format/percent.h"
 #include "tensorfetch/index.hpp"
 
@@ -58,11 +59,7 @@ Result<HubRef> parse_hub(std::string_view text, std::string_view rest) {
     ref.revision = percent_decode(rest.substr(0, len));
     rest.remove_prefix(len);
     if (ref.revision.empty()) return fail(bad(text, "empty revision after '@'").error());
-    for (char c : ref.revision) {
-      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-        return fail(bad(text, "control character in the revision").error());
-      }
-    }
+    if (auto r = check_revision(ref.revision); !r) return fail(bad(text, r.error().message).error());
   }
   if (rest.starts_with("/")) rest.remove_prefix(1);
   if (!rest.empty()) {
@@ -83,6 +80,37 @@ bool looks_like_repo(std::string_view text) {
 }
 
 }  // namespace
+
+Result<void> check_revision(std::string_view rev) {
+  auto refuse = [&](const std::string& why) {
+    return fail(ErrorCode::InvalidArgument, "revision " + quote_name(rev) + " is not a valid git ref name: " + why);
+  };
+  if (rev.empty()) return refuse("it is empty");
+  if (rev.size() > 255) return refuse("it is longer than 255 bytes");
+  for (char c : rev) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) return refuse("it contains a control character");
+    if (std::string_view(" ~^:?*[\\").find(c) != std::string_view::npos) {
+      return refuse(std::string("it contains '") + c + "'");
+    }
+  }
+  if (rev.find("@{") != std::string_view::npos) return refuse("it contains '@{'");
+  if (rev == "@") return refuse("it is '@'");
+  if (rev.find("..") != std::string_view::npos) return refuse("it contains '..'");
+  if (rev.back() == '/') return refuse("it ends with '/'");
+  if (rev.back() == '.') return refuse("it ends with '.'");
+  std::size_t start = 0;
+  while (start <= rev.size()) {
+    const auto slash = rev.find('/', start);
+    const std::string_view segment = rev.substr(start, slash == std::string_view::npos ? rev.npos : slash - start);
+    if (segment.empty()) return refuse("it has an empty '/'-separated part");
+    if (segment.front() == '.') return refuse("a '/'-separated part starts with '.'");
+    if (segment.ends_with(".lock")) return refuse("a '/'-separated part ends with '.lock'");
+    if (slash == std::string_view::npos) break;
+    start = slash + 1;
+  }
+  return {};
+}
 
 LocationKind classify_location(std::string_view location) noexcept {
   if (location.starts_with("http://") || location.starts_with("https://")) return LocationKind::Http;

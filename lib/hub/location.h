@@ -41,6 +41,12 @@ struct Location {
 /// that is wrong: an unsafe path, an invalid repo id, an empty revision.
 [[nodiscard]] Result<Location> parse_location(std::string_view text, bool local_exists);
 
+/// Checks a revision (branch, tag, commit or `refs/pr/N`) by git's ref-name rules, before it
+/// becomes part of a URL or a path (`refs/REV` in the Hugging Face cache): not empty; no empty,
+/// `.`-starting or `.lock`-ending `/`-separated part; no `..`, `@{`, control character, space
+/// or any of `~^:?*[\`; not `@`; no trailing `/` or `.`. `InvalidArgument` saying which. Pure.
+[[nodiscard]] Result<void> check_revision(std::string_view revision);
+
 /// Classifies a location by its form alone.
 [[nodiscard]] LocationKind classify_location(std::string_view location) noexcept;
 

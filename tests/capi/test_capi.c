@@ -696,6 +696,10 @@ static void test_errors(void) {
   CHECK(options.cache_dir == NULL && options.token == NULL && options.connections == 0);
   options.offline = 7;
   expect_open_error(missing, &options, TF_ERR_INVALID_ARGUMENT, "offline");
+  tf_open_options_init(&options);
+  CHECK(options.shared_cache == TF_SHARED_CACHE_FROM_ENV);
+  options.shared_cache = 2;
+  expect_open_error(missing, &options, TF_ERR_INVALID_ARGUMENT, "shared_cache");
 
   free(missing);
   free(empty_dir);
@@ -1948,6 +1952,27 @@ static void test_remote_errors(const char* endpoint) {
   CHECK(tf_code_exit_code(tf_error_code(err)) == 3);
   CHECK(contains(tf_error_message(err), "nobody/missing"));
   tf_error_free(err);
+  err = NULL;
+
+  /* A group-writable cache: refused unless the options say it is shared by a group. */
+  {
+    const char* layer0[] = {"model.layers.0.*"};
+    REQUIRE(mkdir(cache, 0770) == 0);
+    REQUIRE(chmod(cache, 0770) == 0);
+    remote_options(&options, endpoint, cache);
+    options.shared_cache = 0;
+    CHECK_CODE(tf_open("hf://ref/tiny-sharded", &options, &ckpt, &err), TF_OK, err);
+    CHECK_CODE(tf_fetch(ckpt, layer0, 1, NULL, NULL, &err), TF_ERR_IO, err);
+    CHECK(contains(tf_error_message(err), "writable by its group"));
+    CHECK(contains(tf_error_message(err), "shared"));
+    tf_error_free(err);
+    err = NULL;
+    tf_close(ckpt);
+    options.shared_cache = 1;
+    CHECK_CODE(tf_open("hf://ref/tiny-sharded", &options, &ckpt, &err), TF_OK, err);
+    CHECK_CODE(tf_fetch(ckpt, layer0, 1, NULL, NULL, &err), TF_OK, err);
+    tf_close(ckpt);
+  }
   free(cache);
 }
 

@@ -422,7 +422,8 @@ struct Fixture {
   fs::path hf_home = tmp.path / "hf-home";
   std::unique_ptr<HubServer> server;
   std::string etag;  // the CDN ETag of org/big/model.safetensors: "\"<sha256>\""
-  std::string blob_id;
+  std::string sha;      // sha256 of org/big/model.safetensors: its blob id once verified whole
+  std::string blob_id;  // its blob id while partial: SHA256-<hash of this server's origin>
 
   explicit Fixture(int latency_ms = 0, std::int64_t cdn_url_ttl_ms = 0) {
     write_file(root / kRepo / kFile, big_model());
@@ -441,8 +442,9 @@ struct Fixture {
     o.token = kToken;
     server = std::make_unique<HubServer>(o);
     server->start();
-    blob_id = server->file_sha256(kRepo, kFile);
-    etag = "\"" + blob_id + "\"";
+    sha = server->file_sha256(kRepo, kFile);
+    blob_id = sha + "-" + sha256_hex("origin\n" + server->endpoint()).substr(0, 16);
+    etag = "\"" + sha + "\"";
   }
   ~Fixture() { server->stop(); }
 
@@ -1016,7 +1018,7 @@ TEST_CASE("fetch: drops beyond the retries fail Network (exit 3); the bytes that
   CHECK(stats.error().code == ErrorCode::Network);
   CHECK(exit_code(stats.error().code) == 3);
   CHECK_THAT(stats.error().message, Catch::Contains(kFile));
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
   settle(*f.server);
   const auto data = data_requests(f.server->log());
   for (const auto& r : data) {
@@ -1184,7 +1186,7 @@ TEST_CASE("fetch: a server that ignores Range fails BadResponse naming the URL; 
   INFO(stats.error().message);
   CHECK(stats.error().code == ErrorCode::BadResponse);
   CHECK(exit_code(stats.error().code) == 3);
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
   CHECK_THAT(stats.error().message, Catch::Contains("ignored the Range"));
   f.server->stop();  // the records of the responses the client hung up on are complete
   const auto data = data_requests(f.server->log());
@@ -1218,7 +1220,7 @@ TEST_CASE("fetch: a wrong Content-Range fails BadResponse and nothing of that ch
   INFO(stats.error().message);
   CHECK(stats.error().code == ErrorCode::BadResponse);
   CHECK_THAT(stats.error().message, Catch::Contains("Content-Range"));
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.blob_id));
+  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
   f.server->stop();  // the records of the responses the client hung up on are complete
   const auto data = data_requests(f.server->log());
   std::vector<RequestRecord> bad;
@@ -1588,11 +1590,12 @@ TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committ
   }
   CHECK(moved == big_model().size() - total(normalized(before.extents)));
   check_request_rules(log, f.etag);
-  CHECK(sha256_hex(read_file(f.tmp.path / "out" / kFile)) == f.blob_id);
+  CHECK(sha256_hex(read_file(f.tmp.path / "out" / kFile)) == f.sha);
   CHECK(read_file(f.tmp.path / "out" / "config.json") == read_file(f.root / kRepo / "config.json"));
-  const Meta after = read_meta(f.cache, f.blob_id);
+  const Meta after = read_meta(f.cache, f.sha);  // verified whole: renamed to its sha256
   CHECK(after.complete);
-  CHECK(cache_verify(f.blob_id, f.cache.string()));
+  CHECK_FALSE(read_meta(f.cache, f.blob_id).exists);
+  CHECK(cache_verify(f.sha, f.cache.string()));
 }
 
 TEST_CASE("fetch: two CLI processes fetching overlapping tensors into one cache at once: both exit 0, outputs exact, cache verifies",
@@ -1679,12 +1682,14 @@ struct TmpfsMount {
 TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the full disk; only durable extents are recorded",
           "[fetch][disk]") {
   Fixture f;
-  const fs::path cache = f.tmp.path / "small-disk";
-  TmpfsMount tmpfs(cache, "2M");
+  const fs::path disk = f.tmp.path / "small-disk";
+  TmpfsMount tmpfs(disk, "2M");
   if (!tmpfs.mounted) {
-    WARN("cannot mount a tmpfs on " << cache << " (" << std::strerror(tmpfs.error) << "): skipped");
+    WARN("cannot mount a tmpfs on " << disk << " (" << std::strerror(tmpfs.error) << "): skipped");
     return;
   }
+  // (A tmpfs is mounted 1777: the cache, which must be writable by the user only, lives below.)
+  const fs::path cache = disk / "cache";
   REQUIRE(big_model().size() > 2u << 20);
   {
     OpenOptions o = f.open_options();
@@ -1723,7 +1728,7 @@ TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the fu
 
 TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named is Integrity (exit 4) and discarded",
           "[fetch][verify]") {
-  Fixture f;  // the server hashed org/big/model.safetensors on start (blob_id)
+  Fixture f;  // the server hashed org/big/model.safetensors on start (sha)
   // The file changes on disk after the server named its sha256, keeping its size and mtime (the
   // server's hash cache key): it now serves other bytes under the same X-Linked-Etag and ETag,
   // as a corrupt CDN would.
@@ -1733,7 +1738,7 @@ TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named
   changed[changed.size() - 100] = static_cast<char>(changed[changed.size() - 100] ^ 0x01);
   write_file(served, changed);
   fs::last_write_time(served, mtime);
-  REQUIRE(f.server->file_sha256(kRepo, kFile) == f.blob_id);
+  REQUIRE(f.server->file_sha256(kRepo, kFile) == f.sha);
   Checkpoint c = f.open();
   f.server->clear_log();
   auto stats = c.fetch_all(small_chunks());
@@ -1741,7 +1746,7 @@ TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named
   INFO(stats.error().message);
   CHECK(stats.error().code == ErrorCode::Integrity);
   CHECK(exit_code(stats.error().code) == 4);
-  CHECK_THAT(stats.error().message, Catch::Contains("sha256") && Catch::Contains(f.blob_id) &&
+  CHECK_THAT(stats.error().message, Catch::Contains("sha256") && Catch::Contains(f.sha) &&
                                         Catch::Contains(kFile) && Catch::Contains("discarded"));
   // Every byte was transferred once (the hash needs all of them), with the pinned ETag.
   settle(*f.server);

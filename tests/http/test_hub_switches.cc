@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The test server's switches: latency, ignored ranges, 429/503, dropped connections, stalls,
 // wrong Content-Range, overlong bodies, ETag changes, gated/private repos, expiring CDN URLs,
-// host enforcement.
+// host enforcement, a hostile X-Repo-Commit, a lying X-Linked-Etag, a Xet-like CDN ETag.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <thread>
@@ -421,6 +421,92 @@ TEST_CASE("change_etag_after: the blob changes after n CDN requests", "[switches
   CHECK(log[3].if_match == etag);
 }
 
+TEST_CASE("hostile_commit: every X-Repo-Commit is the value given; the revision still resolves", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string real = s.commit(kSmall);
+  REQUIRE(real.size() == 40);
+  s.set_hostile_commit("../../../../tmp/x");
+  auto hub = f.hub();
+  auto lfs = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(lfs);
+  CHECK(lfs->status == 302);
+  CHECK(lfs->get_header_value("X-Repo-Commit") == "../../../../tmp/x");
+  auto small = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(small);
+  CHECK(small->status == 200);
+  CHECK(small->get_header_value("X-Repo-Commit") == "../../../../tmp/x");
+  auto api = hub.Get("/api/models/org/small");
+  REQUIRE(api);
+  CHECK(api->get_header_value("X-Repo-Commit") == "../../../../tmp/x");
+  CHECK(api->body.find(real) != std::string::npos);  // the body still names the real commit
+  auto log = s.log();
+  REQUIRE(log.size() == 3);
+  for (const auto& rec : log) CHECK(rec.fault == "hostile_commit");
+  // Through /_admin/set, percent-encoded; "" turns it off.
+  auto admin = hub.Get("/_admin/set?hostile_commit=abc%2Fdef");
+  REQUIRE(admin);
+  CHECK(admin->status == 200);
+  CHECK(hub.Get("/org/small/resolve/main/config.json")->get_header_value("X-Repo-Commit") == "abc/def");
+  s.set_hostile_commit("");
+  CHECK(hub.Get("/org/small/resolve/main/config.json")->get_header_value("X-Repo-Commit") == real);
+}
+
+TEST_CASE("linked_etag: matching LFS files claim another sha256 while serving their own bytes", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string own = sha256_hex(read_file(f.root.file(kSharded, kShard1)));
+  const std::string claimed(64, 'a');
+  s.set_linked_etag(claimed, kShard1);
+  auto hub = f.hub();
+  auto lie = hub.Get(("/" + std::string(kSharded) + "/resolve/main/" + kShard1).c_str());
+  REQUIRE(lie);
+  CHECK(lie->status == 302);
+  CHECK(lie->get_header_value("X-Linked-Etag") == "\"" + claimed + "\"");
+  CHECK(lie->get_header_value("Location").find("/cdn/" + own) != std::string::npos);  // real bytes
+  auto honest = hub.Get(("/" + std::string(kSharded) + "/resolve/main/" + kShard2).c_str());
+  REQUIRE(honest);
+  CHECK(honest->get_header_value("X-Linked-Etag") == "\"" + sha256_hex(read_file(f.root.file(kSharded, kShard2))) + "\"");
+  auto log = s.log();
+  REQUIRE(log.size() == 2);
+  CHECK(log[0].fault == "linked_etag");
+  CHECK(log[1].fault.empty());
+  REQUIRE(hub.Get(("/_admin/set?linked_etag=" + std::string(64, 'b') + "&match=" + kShard2).c_str()));
+  auto again = hub.Get(("/" + std::string(kSharded) + "/resolve/main/" + kShard2).c_str());
+  REQUIRE(again);
+  CHECK(again->get_header_value("X-Linked-Etag") == "\"" + std::string(64, 'b') + "\"");
+}
+
+TEST_CASE("cdn_etag: the CDN sends another ETag (Xet-like, 64 hex that is not the sha256) and checks If-Match "
+          "against it", "[switches]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string xet(64, 'c');
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  s.set_cdn_etag(xet);
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}, {"If-Match", "\"" + xet + "\""}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->get_header_value("ETag") == "\"" + xet + "\"");
+  CHECK(r->body == content.substr(0, 10));
+  auto stale = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}, {"If-Match", "\"" + sha256_hex(content) + "\""}});
+  REQUIRE(stale);
+  CHECK(stale->status == 412);
+  // The Hub still names the real sha256 in X-Linked-Etag.
+  auto hub = f.hub();
+  auto res = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(res);
+  CHECK(res->get_header_value("X-Linked-Etag") == "\"" + sha256_hex(content) + "\"");
+  auto log = s.log();
+  CHECK(log[log.size() - 2].fault == "cdn_etag");  // the second CDN request
+  REQUIRE(cdn.Get("/_admin/set?cdn_etag="));
+  auto off = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(off);
+  CHECK(off->get_header_value("ETag") == "\"" + sha256_hex(content) + "\"");
+}
+
 TEST_CASE("gated repos need the token; the token is logged as a hash", "[switches]") {
   Options opt;
   opt.token = "hf_secret";
@@ -552,6 +638,9 @@ TEST_CASE("switches are off by default and reset_switches restores the options",
   s.overlong_body(1, -1);
   s.set_ignore_range(true);
   s.change_etag_after(0);
+  s.set_hostile_commit("x");
+  s.set_linked_etag(std::string(64, 'a'));
+  s.set_cdn_etag(std::string(64, 'b'));
   s.reset_switches();
   const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
   const std::string target = f.cdn_target(kSmall, "model.safetensors");

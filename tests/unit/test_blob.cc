@@ -88,14 +88,22 @@ std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
 /// An identity whose sha256 is that of `content` (as the Hub's X-Linked-Etag names it).
 td::BlobIdentity sha_identity(const std::string& content) {
-  return td::blob_identity("https://cdn.example/x.safetensors", quoted(td::sha256_hex(content)), content.size());
+  return td::blob_identity("https://cdn.example/x.safetensors", quoted(td::sha256_hex(content)), std::nullopt, content.size());
+}
+
+/// The cache at `root` (private; created when missing), failing the test if it cannot be opened.
+std::shared_ptr<const td::CacheDir> cache_at(const std::string& root) {
+  auto c = td::CacheDir::open(root, td::Sharing::Private, true);
+  INFO("CacheDir::open: " << (c ? std::string("ok") : c.error().message));
+  REQUIRE(c.has_value());
+  return *c;
 }
 
 /// Opens a blob, failing the test (with the error message) if it cannot be opened.
 std::unique_ptr<td::Blob> open_blob(const std::string& root, const td::BlobIdentity& id, std::uint64_t size,
                                     const std::string& url = "https://example.com/model.safetensors?sig=abc",
                                     const std::optional<std::string>& etag = std::nullopt) {
-  auto b = td::Blob::open(root, id, size, url, etag);
+  auto b = td::Blob::open(cache_at(root), id, size, url, etag);
   INFO("Blob::open: " << (b ? std::string("ok") : b.error().message));
   REQUIRE(b.has_value());
   return std::move(*b);
@@ -183,40 +191,77 @@ TEST_CASE("sha256_hex matches the standard test vectors", "[blob][identity]") {
   CHECK(td::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
-TEST_CASE("blob_identity: a sha256 ETag is the id, anything else a hash of URL/ETag/size", "[blob][identity]") {
+TEST_CASE("blob_identity: a sha256 comes only from X-Linked-Etag (id SHA256-ORIGIN); an ETag never gives one",
+          "[blob][identity]") {
   const std::string url = "https://cdn.example/repo/model.safetensors";
+  const std::string origin_suffix = td::blob_identity(url, quoted(kHexLower), std::nullopt, 1234).id.substr(64);
+  REQUIRE(origin_suffix.size() == 17);
+  CHECK(origin_suffix[0] == '-');
   struct Row {
     const char* name;
-    std::optional<std::string> etag;
-    std::optional<std::string> want_sha;  // nullopt: a 'u' id
+    std::optional<std::string> tag;
+    std::optional<std::string> want_sha;  // as X-Linked-Etag; nullopt: a 'u' id
   };
   const std::vector<Row> rows = {
-      {"quoted 64-hex ETag", quoted(kHexLower), kHexLower},
-      {"weak W/ quoted 64-hex ETag", "W/" + quoted(kHexLower), kHexLower},
+      {"quoted 64-hex", quoted(kHexLower), kHexLower},
+      {"weak W/ quoted 64-hex", "W/" + quoted(kHexLower), kHexLower},
       {"upper-case hex is normalised", quoted(kHexUpper), kHexLower},
       {"weak upper-case hex", "W/" + quoted(kHexUpper), kHexLower},
-      {"unquoted 64-hex ETag", kHexLower, kHexLower},
+      {"unquoted 64-hex", kHexLower, kHexLower},
       {"63 hex digits", quoted(kHexLower.substr(1)), std::nullopt},
       {"65 hex digits", quoted(kHexLower + "0"), std::nullopt},
       {"64 characters, one not hex", quoted(kHexLower.substr(1) + "g"), std::nullopt},
       {"git blob ETag (40 hex)", quoted(kHexLower.substr(0, 40)), std::nullopt},
       {"S3 multipart ETag", "\"d41d8cd98f00b204e9800998ecf8427e-12\"", std::nullopt},
-      {"no ETag", std::nullopt, std::nullopt},
-      {"empty ETag", std::string(), std::nullopt},
+      {"none", std::nullopt, std::nullopt},
+      {"empty", std::string(), std::nullopt},
   };
   for (const auto& row : rows) {
-    DYNAMIC_SECTION(row.name) {
-      const auto id = td::blob_identity(url, row.etag, 1234);
+    DYNAMIC_SECTION(row.name << " as X-Linked-Etag") {
+      const auto id = td::blob_identity(url, row.tag, std::nullopt, 1234);
       INFO("id " << id.id);
+      CHECK(id.origin == "https://cdn.example");
       if (row.want_sha) {
-        CHECK(id.id == *row.want_sha);
+        CHECK(id.id == *row.want_sha + origin_suffix);
         REQUIRE(id.sha256.has_value());
         CHECK(*id.sha256 == *row.want_sha);
       } else {
         CHECK_FALSE(id.sha256.has_value());
         CHECK(is_u_id(id.id));
-        CHECK(id.id == td::blob_identity(url, row.etag, 1234).id);  // stable
       }
+      CHECK(id.id == td::blob_identity(url, row.tag, std::nullopt, 1234).id);  // stable
+    }
+    DYNAMIC_SECTION(row.name << " as ETag (the Xet CDN's is 64 hex and not the sha256)") {
+      const auto id = td::blob_identity(url, std::nullopt, row.tag, 1234);
+      INFO("id " << id.id);
+      CHECK_FALSE(id.sha256.has_value());
+      CHECK(is_u_id(id.id));
+    }
+  }
+}
+
+TEST_CASE("blob_identity: one sha256 from two origins gives two ids; scheme, host and port make the origin",
+          "[blob][identity]") {
+  const auto linked = std::optional<std::string>(quoted(kHexLower));
+  const auto a = td::blob_identity("https://hub-a.example/org/m/resolve/main/x.safetensors", linked, std::nullopt, 10);
+  struct Row {
+    const char* name;
+    std::string url;
+    bool same;
+  };
+  const std::vector<Row> rows = {
+      {"same origin, another path and query", "https://hub-a.example/other/m/resolve/abc/y.safetensors?x=1", true},
+      {"host name case", "https://HUB-A.example/org/m/resolve/main/x.safetensors", true},
+      {"another host", "https://hub-b.example/org/m/resolve/main/x.safetensors", false},
+      {"another port", "https://hub-a.example:8443/org/m/resolve/main/x.safetensors", false},
+      {"another scheme", "http://hub-a.example/org/m/resolve/main/x.safetensors", false},
+  };
+  for (const auto& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      const auto b = td::blob_identity(row.url, linked, std::nullopt, 10);
+      CHECK(b.sha256 == a.sha256);
+      CHECK((b.id == a.id) == row.same);
+      CHECK((b.origin == a.origin) == row.same);
     }
   }
 }
@@ -224,7 +269,7 @@ TEST_CASE("blob_identity: a sha256 ETag is the id, anything else a hash of URL/E
 TEST_CASE("blob_identity: 'u' ids depend on URL (without query), ETag and size", "[blob][identity]") {
   const std::string url = "https://host.example/a/model.safetensors";
   const std::optional<std::string> etag = "\"abc123\"";
-  const std::string base = td::blob_identity(url, etag, 100).id;
+  const std::string base = td::blob_identity(url, std::nullopt, etag, 100).id;
   REQUIRE(is_u_id(base));
 
   struct Row {
@@ -247,7 +292,7 @@ TEST_CASE("blob_identity: 'u' ids depend on URL (without query), ETag and size",
   };
   for (const auto& row : rows) {
     DYNAMIC_SECTION(row.name) {
-      const auto id = td::blob_identity(row.url, row.etag, row.size);
+      const auto id = td::blob_identity(row.url, std::nullopt, row.etag, row.size);
       CHECK_FALSE(id.sha256.has_value());
       CHECK(is_u_id(id.id));
       CHECK((id.id == base) == row.same);
@@ -261,7 +306,7 @@ TEST_CASE("blob_identity: 'u' ids depend on URL (without query), ETag and size",
 TEST_CASE("Blob::open creates a sparse data file of the full size and a meta.json", "[blob]") {
   TempDir tmp;
   const std::uint64_t size = 64 * MiB;
-  const auto id = td::blob_identity("https://example.com/m.safetensors?sig=secret", std::string("\"etag-1\""), size);
+  const auto id = td::blob_identity("https://example.com/m.safetensors?sig=secret", std::nullopt, std::string("\"etag-1\""), size);
   auto b = open_blob(tmp.str(), id, size, "https://example.com/m.safetensors?sig=secret", std::string("\"etag-1\""));
 
   const std::string dir = tmp.str() + "/blobs/" + id.id;
@@ -291,9 +336,9 @@ TEST_CASE("Blob::open creates a sparse data file of the full size and a meta.jso
 
 TEST_CASE("Blob::open records the sha256 of a sha256 identity", "[blob]") {
   TempDir tmp;
-  const auto id = td::blob_identity("https://cdn.example/x", quoted(kHexUpper), 10);
+  const auto id = td::blob_identity("https://cdn.example/x", quoted(kHexUpper), std::nullopt, 10);
   auto b = open_blob(tmp.str(), id, 10);
-  const auto meta = read_json(tmp.str() + "/blobs/" + kHexLower + "/meta.json");
+  const auto meta = read_json(tmp.str() + "/blobs/" + id.id + "/meta.json");
   CHECK(meta.at("sha256").get<std::string>() == kHexLower);
 }
 
@@ -301,7 +346,7 @@ TEST_CASE("write_at + commit: extents are persisted and seen by a new Blob", "[b
   TempDir tmp;
   const std::uint64_t size = 1 * MiB;
   const std::string content = pattern(size);
-  const auto id = td::blob_identity("https://example.com/a", std::string("\"e\""), size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
 
   {
     auto b = open_blob(tmp.str(), id, size);
@@ -334,7 +379,7 @@ TEST_CASE("commit merges with extents committed by another Blob of the same id",
   TempDir tmp;
   const std::uint64_t size = 1000;
   const std::string content = pattern(size);
-  const auto id = td::blob_identity("https://example.com/a", std::string("\"e\""), size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
 
   auto a = open_blob(tmp.str(), id, size);
   auto b = open_blob(tmp.str(), id, size);  // opened before a commits: its copy is empty
@@ -359,7 +404,7 @@ TEST_CASE("uncommitted writes are not present after reopening", "[blob]") {
   TempDir tmp;
   const std::uint64_t size = 64 * KiB;
   const std::string content = pattern(size);
-  const auto id = td::blob_identity("https://example.com/a", std::nullopt, size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, size);
   {
     auto b = open_blob(tmp.str(), id, size);
     REQUIRE(b->write_at(0, bytes(content, 0, 8192)).has_value());
@@ -411,7 +456,7 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
   for (const auto& row : rows) {
     DYNAMIC_SECTION(row.name) {
       TempDir tmp;
-      const auto id = td::blob_identity("https://example.com/a", std::string("\"e\""), size);
+      const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
       const std::string dir = tmp.str() + "/blobs/" + id.id;
       {
         auto b = open_blob(tmp.str(), id, size);
@@ -446,9 +491,9 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
 
 TEST_CASE("Blob::open refuses an existing blob recorded with another size", "[blob]") {
   TempDir tmp;
-  const auto id = td::blob_identity("https://example.com/a", std::string("\"e\""), 100);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), 100);
   { auto b = open_blob(tmp.str(), id, 100); }
-  auto again = td::Blob::open(tmp.str(), id, 200, "https://example.com/a", std::string("\"e\""));
+  auto again = td::Blob::open(cache_at(tmp.str()), id, 200, "https://example.com/a", std::string("\"e\""));
   CHECK_ERROR(again, ErrorCode::Integrity, "100", "200", id.id);
   // The blob itself is untouched.
   auto same = open_blob(tmp.str(), id, 100);
@@ -462,7 +507,7 @@ TEST_CASE("commit refuses a range beyond the blob's size and keeps the committed
           "[blob]") {
   TempDir tmp;
   const std::string content = pattern(1000);
-  const auto id = td::blob_identity("https://example.com/a", std::nullopt, 1000);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, 1000);
   auto b = open_blob(tmp.str(), id, 1000);
   write_commit(*b, content, ByteRange{0, 500});
   const Ranges past_end{{900, 200}};
@@ -506,7 +551,7 @@ TEST_CASE("concurrent commits from several Blob objects and threads all end up r
   constexpr std::uint64_t kChunk = 100;
   const std::uint64_t size = kThreads * kChunks * kChunk;
   const std::string content = pattern(size);
-  const auto id = td::blob_identity("https://example.com/a", std::nullopt, size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, size);
   auto shared = open_blob(tmp.str(), id, size);  // two threads share this one, two have their own
 
   std::vector<std::unique_ptr<td::Blob>> own;
@@ -537,7 +582,7 @@ TEST_CASE("concurrent commits from several Blob objects and threads all end up r
   CHECK(read_data(*fresh, ByteRange{0, size}) == content);
 }
 
-// A complete blob's data file is made read-only (0444). When its meta.json is later found
+// A complete blob's data file is made read-only (0400). When its meta.json is later found
 // unreadable, Blob::open treats the blob as holding nothing, "fetched again" -- but a user who is
 // not root can only open the read-only data file O_RDONLY, so every write_at fails (EBADF) and
 // the blob can never be fetched again until `cache rm`. (Run as user `nobody` when root.)
@@ -545,7 +590,7 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
           "[blob][corrupt]") {
   TempDir tmp;
   const std::string content = pattern(4096, 11);
-  const auto id = sha_identity(content);
+  const auto id = td::blob_identity("https://x/y", std::nullopt, std::string("\"e\""), content.size());
   const uid_t uid = ::geteuid() == 0 ? 65534 : ::geteuid();
   const gid_t gid = ::geteuid() == 0 ? 65534 : ::getegid();
   REQUIRE(::chown(tmp.str().c_str(), uid, gid) == 0);
@@ -554,8 +599,10 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
   REQUIRE(pid >= 0);
   if (pid == 0) {
     if (::getuid() == 0 && (::setgid(gid) != 0 || ::setuid(uid) != 0)) ::_exit(10);
+    auto cache = td::CacheDir::open(tmp.str(), td::Sharing::Private, true);
+    if (!cache) ::_exit(14);
     {
-      auto b = td::Blob::open(tmp.str(), id, content.size(), "https://x/y", std::nullopt);
+      auto b = td::Blob::open(*cache, id, content.size(), "https://x/y", std::nullopt);
       if (!b || !(*b)->write_at(0, bytes(content)) || !(*b)->commit(Ranges{{0, content.size()}}) ||
           !(*b)->finish("y")) {
         ::_exit(11);
@@ -565,7 +612,7 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
       std::ofstream meta(tmp.str() + "/blobs/" + id.id + "/meta.json", std::ios::trunc);
       meta << "garbage";
     }
-    auto b = td::Blob::open(tmp.str(), id, content.size(), "https://x/y", std::nullopt);
+    auto b = td::Blob::open(*cache, id, content.size(), "https://x/y", std::nullopt);
     if (!b) ::_exit(12);
     if ((*b)->complete() || !(*b)->extents().empty()) ::_exit(13);
     if (!(*b)->write_at(0, bytes(content))) ::_exit(1);
@@ -586,7 +633,7 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
 TEST_CASE("an empty remote file: opens, finishes, stays complete", "[blob][finish]") {
   TempDir tmp;
   const auto id = sha_identity("");
-  REQUIRE(id.id == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  REQUIRE(id.sha256 == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   {
     auto b = open_blob(tmp.str(), id, 0);
     CHECK(b->has(ByteRange{0, 0}));
@@ -601,7 +648,7 @@ TEST_CASE("an empty remote file: opens, finishes, stays complete", "[blob][finis
   auto again = open_blob(tmp.str(), id, 0);
   CHECK(again->complete());
   CHECK(again->extents().empty());
-  CHECK(tf::cache_verify(id.id, tmp.str()).has_value());
+  CHECK(tf::cache_verify(*id.sha256, tmp.str()).has_value());
 }
 
 // finish() records `{ByteRange{0, size}}` as the extents of a complete blob; for an empty file
@@ -620,9 +667,10 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
   const std::string content = pattern(300 * KiB, 7);
   const auto id = sha_identity(content);
   REQUIRE(id.sha256.has_value());
-  const std::string dir = tmp.str() + "/blobs/" + id.id;
+  const std::string dir = tmp.str() + "/blobs/" + *id.sha256;  // where a verified blob goes
   {
     auto b = open_blob(tmp.str(), id, content.size());
+    CHECK(b->id() == id.id);
     write_commit(*b, content, ByteRange{0, 100 * KiB});
     write_commit(*b, content, ByteRange{100 * KiB, content.size() - 100 * KiB});
     CHECK_FALSE(b->complete());
@@ -631,7 +679,11 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
     REQUIRE(f.has_value());
     CHECK(b->complete());
     CHECK(b->extents() == Ranges{{0, content.size()}});
-    CHECK((stat_of(dir + "/data").st_mode & 07777) == 0444);
+    // Verified: renamed from this origin's id to the bare sha256, which every origin may read.
+    CHECK(b->id() == *id.sha256);
+    CHECK(b->data_path() == dir + "/data");
+    CHECK_FALSE(fs::exists(tmp.str() + "/blobs/" + id.id));
+    CHECK((stat_of(dir + "/data").st_mode & 07777) == 0400);
     CHECK(b->finish("again").has_value());  // a no-op once complete
   }
   const auto meta = read_json(dir + "/meta.json");
@@ -655,12 +707,12 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
 TEST_CASE("finish: a blob without a known hash is marked complete without hashing", "[blob][finish]") {
   TempDir tmp;
   const std::string content = pattern(5000);
-  const auto id = td::blob_identity("https://example.com/small.json", std::string("\"gitblob\""), content.size());
+  const auto id = td::blob_identity("https://example.com/small.json", std::nullopt, std::string("\"gitblob\""), content.size());
   auto b = open_blob(tmp.str(), id, content.size());
   write_commit(*b, content, ByteRange{0, content.size()});
   REQUIRE(b->finish("small.json").has_value());
   CHECK(b->complete());
-  CHECK((stat_of(b->data_path()).st_mode & 07777) == 0444);
+  CHECK((stat_of(b->data_path()).st_mode & 07777) == 0400);
 }
 
 TEST_CASE("finish: a wrong sha256 is an Integrity error and discards the bytes", "[blob][finish]") {
@@ -711,7 +763,7 @@ TEST_CASE("finish: a partial blob is left as it is", "[blob][finish]") {
   CHECK(f.has_value());
   CHECK_FALSE(b->complete());
   CHECK(b->extents() == Ranges{{0, 5000}, {5001, 4999}});
-  CHECK((stat_of(b->data_path()).st_mode & 07777) == 0644);
+  CHECK((stat_of(b->data_path()).st_mode & 07777) == 0600);
   auto again = open_blob(tmp.str(), id, content.size());
   CHECK(again->extents() == Ranges{{0, 5000}, {5001, 4999}});
 }
@@ -752,7 +804,7 @@ TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][c
   }
   const std::uint64_t size = 4 * MiB;
   const std::string content = pattern(size);
-  const auto partial_id = td::blob_identity("https://example.com/partial?x=1", std::string("\"p\""), size);
+  const auto partial_id = td::blob_identity("https://example.com/partial?x=1", std::nullopt, std::string("\"p\""), size);
   const std::string small = pattern(3000, 9);
   const auto complete_id = sha_identity(small);
 
@@ -768,7 +820,7 @@ TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][c
   REQUIRE(entries.has_value());
   CHECK(entries->size() == 2);
   auto p = find_entry(*entries, partial_id.id);
-  auto c = find_entry(*entries, complete_id.id);
+  auto c = find_entry(*entries, *complete_id.sha256);  // verified: renamed to its sha256
   REQUIRE(p.has_value());
   REQUIRE(c.has_value());
 
@@ -789,7 +841,7 @@ TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][c
   CHECK_FALSE(c->in_use);  // closed
 
   // The private listing agrees.
-  auto blobs = td::list_blobs(tmp.str());
+  auto blobs = td::list_blobs(*cache_at(tmp.str()));
   REQUIRE(blobs.has_value());
   CHECK(blobs->size() == 2);
 
@@ -806,7 +858,7 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
   const std::time_t now = std::time(nullptr);
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
-    const auto id = td::blob_identity("https://example.com/f" + std::to_string(i), std::nullopt, 10);
+    const auto id = td::blob_identity("https://example.com/f" + std::to_string(i), std::nullopt, std::nullopt, 10);
     { auto b = open_blob(tmp.str(), id, 10); }
     ids.push_back(id.id);
   }
@@ -822,7 +874,7 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
   CHECK((*entries)[0].last_used == now - 300);
 
   // Opening a blob makes it the most recently used.
-  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/f1", std::nullopt, 10), 10); }
+  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/f1", std::nullopt, std::nullopt, 10), 10); }
   entries = tf::cache_list(tmp.str());
   REQUIRE(entries.has_value());
   CHECK(entries->back().id == ids[1]);
@@ -830,7 +882,7 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
 
 TEST_CASE("cache_remove: refuses a blob in use, removes it once closed", "[blob][cache_api]") {
   TempDir tmp;
-  const auto id = td::blob_identity("https://example.com/a", std::nullopt, 1000);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, 1000);
   const std::string dir = tmp.str() + "/blobs/" + id.id;
   auto b = open_blob(tmp.str(), id, 1000);
   write_commit(*b, pattern(1000), ByteRange{0, 1000});
@@ -868,7 +920,7 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
   const std::string content = pattern(MiB);
   std::vector<td::BlobIdentity> ids;
   for (int i = 0; i < 3; ++i) {  // three blobs holding 1 MiB each
-    ids.push_back(td::blob_identity("https://example.com/shard" + std::to_string(i), std::nullopt, size));
+    ids.push_back(td::blob_identity("https://example.com/shard" + std::to_string(i), std::nullopt, std::nullopt, size));
     auto b = open_blob(tmp.str(), ids.back(), size);
     write_commit(*b, content, ByteRange{0, MiB});
   }
@@ -943,14 +995,14 @@ TEST_CASE("cache_verify: a byte flipped in a complete blob is detected and disca
   TempDir tmp;
   const std::string content = pattern(200 * KiB, 5);
   const auto id = sha_identity(content);
-  const std::string data = tmp.str() + "/blobs/" + id.id + "/data";
+  const std::string data = tmp.str() + "/blobs/" + *id.sha256 + "/data";  // verified: renamed
   {
     auto b = open_blob(tmp.str(), id, content.size());
     write_commit(*b, content, ByteRange{0, content.size()});
     REQUIRE(b->finish("m").has_value());
   }
   {
-    auto ok = tf::cache_verify(id.id, tmp.str());
+    auto ok = tf::cache_verify(*id.sha256, tmp.str());
     INFO(error_text(ok));
     CHECK(ok.has_value());
   }
@@ -968,7 +1020,7 @@ TEST_CASE("cache_verify: a byte flipped in a complete blob is detected and disca
   }
   fs::permissions(data, fs::perms::owner_write, fs::perm_options::remove);
 
-  CHECK_ERROR(tf::cache_verify(id.id, tmp.str()), ErrorCode::Integrity, "sha256", *id.sha256);
+  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.str()), ErrorCode::Integrity, "sha256", *id.sha256);
 
   auto entries = tf::cache_list(tmp.str());
   REQUIRE(entries.has_value());
@@ -988,7 +1040,7 @@ TEST_CASE("cache_verify: partial blobs and blobs without a hash only have their 
   TempDir tmp;
   const std::string content = pattern(5000, 5);
   const auto partial_id = sha_identity(content);
-  const auto nohash_id = td::blob_identity("https://example.com/x", std::nullopt, content.size());
+  const auto nohash_id = td::blob_identity("https://example.com/x", std::nullopt, std::nullopt, content.size());
   {
     auto b = open_blob(tmp.str(), partial_id, content.size());
     write_commit(*b, content, ByteRange{0, 1000});
@@ -1010,7 +1062,7 @@ TEST_CASE("cache_verify: partial blobs and blobs without a hash only have their 
 TEST_CASE("cache_verify: an unknown id is NotFound, not an integrity failure",
           "[blob][cache_api][verify]") {
   TempDir tmp;
-  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/x", std::nullopt, 10), 10); }
+  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/x", std::nullopt, std::nullopt, 10), 10); }
   CHECK_ERROR(tf::cache_verify("u0000000000000000000000000000000000000000", tmp.str()), ErrorCode::NotFound);
 }
 
@@ -1055,7 +1107,7 @@ TEST_CASE("a full disk: write_at fails with an Io error saying so, and nothing i
   const std::string root = fs_small.str() + "/cache";
   const std::uint64_t size = 4 * MiB;
   const std::string content = pattern(size);
-  const auto id = td::blob_identity("https://example.com/big", std::string("\"e\""), size);
+  const auto id = td::blob_identity("https://example.com/big", std::nullopt, std::string("\"e\""), size);
   {
     auto b = open_blob(root, id, size);  // a sparse 4 MiB file fits in 1 MiB
     auto w = b->write_at(0, bytes(content, 0, 2 * MiB));
@@ -1082,9 +1134,93 @@ TEST_CASE("a full disk: write_at fails with an Io error saying so, and nothing i
       INFO("file " << e.path().filename().string());
       CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
     }
-    auto b = td::Blob::open(root, id, size, "https://example.com/big", std::string("\"e\""));
+    auto b = td::Blob::open(cache_at(root), id, size, "https://example.com/big", std::string("\"e\""));
     REQUIRE(b.has_value());
     CHECK_FALSE((*b)->has(ByteRange{4096, 1}));
     CHECK(td::total_bytes((*b)->extents()) <= 4096);
   }
+}
+
+// --------------------------------------------------------------------------------------------
+// Provenance: one origin's bytes are never served to another; only verified blobs are shared
+
+TEST_CASE("provenance: partial bytes of one origin are not seen by another claiming the same sha256",
+          "[blob][provenance]") {
+  TempDir tmp;
+  const std::string honest = pattern(4096, 1);
+  const std::string sha = td::sha256_hex(honest);
+  const auto a = td::blob_identity("https://hub-a.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
+  const auto b = td::blob_identity("https://hub-b.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
+  REQUIRE(a.id != b.id);
+  auto from_b = open_blob(tmp.str(), b, honest.size());
+  const std::string lie = pattern(4096, 2);
+  write_commit(*from_b, lie, ByteRange{0, 2048});
+  auto from_a = open_blob(tmp.str(), a, honest.size());
+  CHECK(from_a->extents().empty());
+  CHECK_FALSE(from_a->has(ByteRange{0, 1}));
+  // B completing its lie fails verification and discards it; A's own fetch verifies and becomes
+  // the blob every origin reads.
+  write_commit(*from_b, lie, ByteRange{2048, 2048});
+  CHECK_ERROR(from_b->finish("x"), ErrorCode::Integrity, "sha256");
+  write_commit(*from_a, honest, ByteRange{0, honest.size()});
+  REQUIRE(from_a->finish("x").has_value());
+  CHECK(from_a->id() == sha);
+  auto b_again = open_blob(tmp.str(), b, honest.size());
+  CHECK(b_again->shared_verified());
+  CHECK(b_again->complete());
+  CHECK(read_data(*b_again, ByteRange{0, honest.size()}) == honest);
+  CHECK_ERROR(b_again->write_at(0, bytes(lie, 0, 10)), ErrorCode::InvalidArgument, "never written");
+}
+
+TEST_CASE("provenance: a meta.json recorded for another origin (or none) holds nothing for this one",
+          "[blob][provenance]") {
+  TempDir tmp;
+  const std::string content = pattern(1000, 3);
+  const auto id = td::blob_identity("https://hub-a.example/x", quoted(td::sha256_hex(content)), std::nullopt, content.size());
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, 500});
+  }
+  const std::string meta_path = tmp.str() + "/blobs/" + id.id + "/meta.json";
+  auto meta = read_json(meta_path);
+  CHECK(meta.at("origin") == "https://hub-a.example");
+  meta["origin"] = "https://elsewhere.example";
+  write_text(meta_path, meta.dump());
+  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, 500});
+  }
+  meta = read_json(meta_path);
+  meta.erase("origin");  // as an older cache wrote it
+  write_text(meta_path, meta.dump());
+  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+}
+
+TEST_CASE("provenance: a shared blob discarded by cache verify makes way for the next verified one",
+          "[blob][provenance][verify]") {
+  TempDir tmp;
+  const std::string content = pattern(3000, 4);
+  const auto id = sha_identity(content);
+  {
+    auto blob = open_blob(tmp.str(), id, content.size());
+    write_commit(*blob, content, ByteRange{0, content.size()});
+    REQUIRE(blob->finish("x").has_value());
+    REQUIRE(blob->id() == *id.sha256);
+  }
+  const std::string data = tmp.str() + "/blobs/" + *id.sha256 + "/data";
+  fs::permissions(data, fs::perms::owner_write, fs::perm_options::add);
+  {
+    std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(10);
+    f.put('\x7f');
+  }
+  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.str()), ErrorCode::Integrity);
+  auto again = open_blob(tmp.str(), id, content.size());  // not the discarded shared one
+  CHECK_FALSE(again->shared_verified());
+  CHECK(again->id() == id.id);
+  write_commit(*again, content, ByteRange{0, content.size()});
+  REQUIRE(again->finish("x").has_value());
+  CHECK(again->id() == *id.sha256);
+  CHECK(tf::cache_verify(*id.sha256, tmp.str()).has_value());
 }

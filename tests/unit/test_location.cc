@@ -2,6 +2,9 @@
 // Locations and resolve URLs (lib/hub, private): forms, revisions, encoding, refusals.
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <vector>
+
 #include "hub/location.h"
 
 using namespace tensorfetch;
@@ -63,4 +66,71 @@ TEST_CASE("location: resolve URLs encode the revision whole and each path segmen
         "https://h/a/b/model-00001.safetensors");
   CHECK(url_authority("https://User@Example.ORG:8443/x?y") == "https://example.org:8443");
   CHECK(url_authority("http://localhost:123") == "http://localhost:123");
+}
+
+// A revision becomes part of a path (refs/REV in the Hugging Face cache) and of every resolve
+// URL: git's ref-name rules are applied when the location is parsed, before any request.
+TEST_CASE("location: revisions follow git's ref-name rules (checked at parse time, after percent-decoding)",
+          "[location][revision]") {
+  struct Row {
+    const char* revision;  // as written after '@' (percent-encoded where noted)
+    const char* why;       // a word of the refusal; nullptr: valid
+  };
+  const std::vector<Row> rows = {
+      {"main", nullptr},
+      {"v1.0", nullptr},
+      {"release-2026_01", nullptr},
+      {"0123456789abcdef0123456789abcdef01234567", nullptr},
+      {"refs/pr/1", nullptr},
+      {"refs/convert/parquet", nullptr},
+      {"refs%2Fpr%2F7", nullptr},
+      {"feature%2Fx", nullptr},
+      {"..", ".."},
+      {"..%2F..%2F..%2Ftmp%2Fx", ".."},
+      {"a..b", ".."},
+      {".hidden", "starts with '.'"},
+      {"refs/pr/.x", "starts with '.'"},
+      {"feature%2F.x", "starts with '.'"},
+      {"x.lock", ".lock"},
+      {"refs/pr/1.lock", ".lock"},
+      {"feature%2F", "ends with '/'"},
+      {"feature%2F%2Fx", "empty"},
+      {"%2Fabs", "empty"},
+      {"x.", "ends with '.'"},
+      {"a%20b", "' '"},
+      {"a~1", "'~'"},
+      {"a^", "'^'"},
+      {"a:b", "':'"},
+      {"a%3F", "'?'"},
+      {"a*", "'*'"},
+      {"a[0]", "'['"},
+      {"a%5Cb", "'\\'"},
+      {"a@{1}", "@{"},
+      {"@", "'@'"},
+      {"a%00b", "control character"},
+      {"a%0Ab", "control character"},
+      {"a%7Fb", "control character"},
+  };
+  for (const auto& row : rows) {
+    DYNAMIC_SECTION("@" << row.revision) {
+      const std::string text = std::string("hf://org/name@") + row.revision;
+      auto r = parse_location(text, false);
+      if (row.why == nullptr) {
+        INFO((r ? std::string() : r.error().message));
+        REQUIRE(r);
+        CHECK(check_revision(r->hub.revision));
+      } else {
+        REQUIRE_FALSE(r);
+        INFO(r.error().message);
+        CHECK(r.error().code == ErrorCode::InvalidArgument);
+        CHECK_THAT(r.error().message, Catch::Contains("revision") && Catch::Contains(row.why));
+        // Control characters are escaped in the message.
+        CHECK(r.error().message.find('\n') == std::string::npos);
+        CHECK(r.error().message.find('\0') == std::string::npos);
+      }
+    }
+  }
+  CHECK_FALSE(check_revision(""));
+  CHECK_FALSE(check_revision(std::string(256, 'a')));
+  CHECK(check_revision(std::string(255, 'a')));
 }

@@ -358,6 +358,11 @@ struct Switches {
   std::string cdn_base;  // redirects to the CDN use this instead of scheme://cdn_host:port
   Trigger header;
   std::string header_name, header_value;
+  std::string hostile_commit;  // sent as X-Repo-Commit instead of the real one ("" = off)
+  Trigger linked_lie;          // resolve: X-Linked-Etag claims linked_lie_sha256
+  std::string linked_lie_sha256;
+  Trigger cdn_etag;            // cdn: ETag "cdn_etag_value" instead of "<sha256>"
+  std::string cdn_etag_value;
 
   static Switches from(const Options& o) {
     Switches s;
@@ -1025,6 +1030,14 @@ struct HubServer::Impl {
     return true;
   }
 
+  // The X-Repo-Commit value to send: the real commit, or what set_hostile_commit() asked for.
+  std::string commit_header(const std::string& commit, const std::shared_ptr<Pending>& p) {
+    std::lock_guard lk(sw_mu);
+    if (sw.hostile_commit.empty()) return commit;
+    p->rec.fault = "hostile_commit";
+    return sw.hostile_commit;
+  }
+
   bool host_ok(const httplib::Request& req, httplib::Response& res,
                const std::shared_ptr<Pending>& p, bool cdn_route) {
     if (!opt.enforce_hosts || opt.hub_host == opt.cdn_host) return true;
@@ -1058,7 +1071,7 @@ struct HubServer::Impl {
       error(res, p, 404, "RevisionNotFound", "Invalid rev id: " + r.revision);
       return;
     }
-    res.set_header("X-Repo-Commit", commit);
+    res.set_header("X-Repo-Commit", commit_header(commit, p));
     bool safe = file_from < r.rev_segments.size();
     for (std::size_t i = file_from; i < r.rev_segments.size(); ++i) {
       const auto& s = r.rev_segments[i];
@@ -1083,7 +1096,15 @@ struct HubServer::Impl {
       std::string url = make_cdn_url(sha);
       res.status = 302;
       res.set_header("Location", url);
-      res.set_header("X-Linked-Etag", "\"" + sha + "\"");
+      std::string claimed = sha;
+      {
+        std::lock_guard lk(sw_mu);
+        if (sw.linked_lie.take(req.target, repo_file)) {
+          claimed = sw.linked_lie_sha256;
+          p->rec.fault = "linked_etag";
+        }
+      }
+      res.set_header("X-Linked-Etag", "\"" + claimed + "\"");
       res.set_header("X-Linked-Size", std::to_string(size));
       res.set_header("ETag", "\"" + git_blob_sha1(pointer) + "\"");
       res.set_header("Accept-Ranges", "bytes");
@@ -1139,6 +1160,13 @@ struct HubServer::Impl {
     }
     std::string etag = changed ? changed_etag(r.blob) : "\"" + r.blob + "\"";
     if (changed) p->rec.fault = "etag_changed";
+    {
+      std::lock_guard lk(sw_mu);
+      if (!changed && sw.cdn_etag.take(req.target, blob.repo + "/" + blob.file)) {
+        etag = "\"" + sw.cdn_etag_value + "\"";
+        p->rec.fault = "cdn_etag";
+      }
+    }
     serve_file(req, res, p, blob.path, etag, changed, "binary/octet-stream",
                blob.repo + "/" + blob.file);
   }
@@ -1181,7 +1209,7 @@ struct HubServer::Impl {
                  {"private", priv},   {"gated", gated ? json("manual") : json(false)},
                  {"disabled", false}, {"siblings", siblings}};
     res.status = 200;
-    res.set_header("X-Repo-Commit", commit);
+    res.set_header("X-Repo-Commit", commit_header(commit, p));
     set_body(res, p, body.dump(), "application/json; charset=utf-8");
   }
 
@@ -1258,6 +1286,9 @@ struct HubServer::Impl {
     if (has("cdn_base")) self.set_cdn_base(str("cdn_base"));
     if (has("header")) self.set_header(str("header"), str("value"), n, match);
     if (has("token")) self.set_token(str("token"));
+    if (has("hostile_commit")) self.set_hostile_commit(str("hostile_commit"));
+    if (has("linked_etag")) self.set_linked_etag(str("linked_etag"), match);
+    if (has("cdn_etag")) self.set_cdn_etag(str("cdn_etag"), match);
     if (has("unknown_repo_401")) self.set_unknown_repo_401(num("unknown_repo_401", 0) != 0);
   }
 
@@ -1802,6 +1833,24 @@ void HubServer::set_header(std::string name, std::string value, int n, std::stri
     sw.header_value = std::move(value);
   });
 }
+void HubServer::set_hostile_commit(std::string value) {
+  impl_->with_switches([&](Switches& sw) { sw.hostile_commit = std::move(value); });
+}
+
+void HubServer::set_linked_etag(std::string sha256, std::string match) {
+  impl_->with_switches([&](Switches& sw) {
+    sw.linked_lie = Trigger{sha256.empty() ? 0 : -1, std::move(match)};
+    sw.linked_lie_sha256 = std::move(sha256);
+  });
+}
+
+void HubServer::set_cdn_etag(std::string etag, std::string match) {
+  impl_->with_switches([&](Switches& sw) {
+    sw.cdn_etag = Trigger{etag.empty() ? 0 : -1, std::move(match)};
+    sw.cdn_etag_value = std::move(etag);
+  });
+}
+
 void HubServer::reset_switches() {
   impl_->with_switches([&](Switches& sw) { sw = Switches::from(impl_->opt); });
 }

@@ -101,7 +101,7 @@ struct RequestRecord {
   std::string fault;                 // the switch that shaped this response ("" = none): fail,
                                      // drop, stall, drip, wrong_content_range, overlong, header,
                                      // ignore_range, etag_changed, expired, bad_signature,
-                                     // misdirected
+                                     // misdirected, hostile_commit, linked_etag, cdn_etag
   std::string to_json() const;       // one line, no newline
   static RequestRecord from_json(std::string_view line);  // throws on malformed input
 };
@@ -222,6 +222,15 @@ class HubServer {
   void set_private_repos(std::vector<std::string> repos);
   void set_unknown_repo_401(bool on);
   void set_cdn_url_ttl_ms(std::int64_t ms);
+  // A hostile Hub: every X-Repo-Commit (resolve and api) is `value` instead of the real commit
+  // (the revision still resolves to the real one); "" turns it off.
+  void set_hostile_commit(std::string value);
+  // A lying Hub: resolve responses of matching LFS files claim `sha256` (64 hex) in
+  // X-Linked-Etag while the redirect still leads to the file's real bytes; "" turns it off.
+  void set_linked_etag(std::string sha256, std::string match = "");
+  // A Xet-like CDN: matching blobs are served with ETag "<etag>" (If-Match compared to it)
+  // instead of "<sha256>"; "" turns it off.
+  void set_cdn_etag(std::string etag, std::string match = "");
   // Back to the switches given in Options (faults cleared).
   void reset_switches();
 

@@ -15,7 +15,7 @@ namespace tensorfetch::cli {
 namespace {
 
 int list(const CacheOptions& o) {
-  auto entries = cache_list(o.dir);
+  auto entries = cache_list(o.dir, o.shared);
   if (!entries) return report(entries.error());
   if (o.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -28,13 +28,14 @@ int list(const CacheOptions& o) {
                      {"complete", e.complete},
                      {"sha256", e.sha256 ? nlohmann::json(*e.sha256) : nlohmann::json(nullptr)},
                      {"last_used", e.last_used},
-                     {"in_use", e.in_use}});
+                     {"in_use", e.in_use},
+                     {"origin", e.origin}});
     }
     std::cout << out.dump(2) << '\n';
     return 0;
   }
   std::uint64_t disk = 0;
-  std::cout << std::left << std::setw(66) << "BLOB" << std::setw(11) << "SIZE" << std::setw(9) << "PRESENT"
+  std::cout << std::left << std::setw(83) << "BLOB" << std::setw(11) << "SIZE" << std::setw(9) << "PRESENT"
             << std::setw(11) << "ON DISK" << std::setw(18) << "LAST USED" << "URL\n";
   for (const auto& e : *entries) {
     disk += e.disk_bytes;
@@ -43,7 +44,7 @@ int list(const CacheOptions& o) {
     if (std::tm tm{}; localtime_r(&t, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", e.size ? 100.0 * static_cast<double>(e.present) / static_cast<double>(e.size) : 100.0);
-    std::cout << std::setw(66) << escape_text(e.id) << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
+    std::cout << std::setw(83) << escape_text(e.id) << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
               << (e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
               << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << escape_text(e.url)
               << (e.in_use ? "  (in use)" : "") << '\n';
@@ -56,13 +57,13 @@ int list(const CacheOptions& o) {
 int verify(const CacheOptions& o) {
   std::vector<std::string> ids = o.ids;
   if (ids.empty()) {
-    auto entries = cache_list(o.dir);
+    auto entries = cache_list(o.dir, o.shared);
     if (!entries) return report(entries.error());
     for (const auto& e : *entries) ids.push_back(e.id);
   }
   int code = 0;
   for (const auto& id : ids) {
-    auto r = cache_verify(id, o.dir);
+    auto r = cache_verify(id, o.dir, o.shared);
     if (!r) {
       code = std::max(code, report(r.error()));
     } else {
@@ -76,7 +77,7 @@ int remove(const CacheOptions& o) {
   if (o.ids.empty()) return report(Error{ErrorCode::InvalidArgument, "cache rm: name the blobs to remove (see cache ls)"});
   int code = 0;
   for (const auto& id : o.ids) {
-    if (auto r = cache_remove(id, o.dir); !r) {
+    if (auto r = cache_remove(id, o.dir, o.shared); !r) {
       code = std::max(code, report(r.error()));
     } else {
       std::cout << "removed " << escape_text(id) << '\n';
@@ -86,7 +87,7 @@ int remove(const CacheOptions& o) {
 }
 
 int prune(const CacheOptions& o) {
-  auto r = cache_prune(o.max_size, o.dir);
+  auto r = cache_prune(o.max_size, o.dir, o.shared);
   if (!r) return report(r.error());
   std::cout << "removed " << r->removed << (r->removed == 1 ? " blob" : " blobs") << " ("
             << human_bytes(static_cast<double>(r->freed_bytes)) << "); " << human_bytes(static_cast<double>(r->remaining_bytes))

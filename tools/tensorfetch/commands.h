@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct CacheOptions {
   std::vector<std::string> ids;  ///< blobs for verify/rm (verify: none = all)
   std::uint64_t max_size = 0;    ///< prune --max-size
   bool json = false;             ///< ls --json
+  std::optional<bool> shared;    ///< --shared-cache (unset: TENSORFETCH_SHARED_CACHE)
 };
 
 /// Runs `inspect`; prints to stdout, errors to stderr.

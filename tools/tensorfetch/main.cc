@@ -77,6 +77,9 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
   // Absent, it must stay unset (not false), so that HF_HUB_OFFLINE decides.
   command.add_flag_callback("--offline", [&options] { options.offline = true; },
                             "No network: use what earlier fetches left in the cache (also: HF_HUB_OFFLINE=1)");
+  command.add_flag_callback("--shared-cache", [&options] { options.shared_cache = true; },
+                            "The cache is shared by a group: accept directories of other members, create what is "
+                            "new group-writable (also: TENSORFETCH_SHARED_CACHE=1)");
 }
 
 void add_fetch_options(CLI::App& command, FetchOptions& options) {
@@ -167,6 +170,8 @@ int main(int argc, char** argv) {
       ->required();
   for (auto* sub : {cache_ls, cache_verify, cache_rm, cache_prune}) {
     sub->add_option("--cache-dir", cache.dir, "Cache root (default: $TENSORFETCH_CACHE, ...)");
+    sub->add_flag_callback("--shared-cache", [&cache] { cache.shared = true; },
+                           "The cache is shared by a group (also: TENSORFETCH_SHARED_CACHE=1)");
     sub->callback([&cache, sub] { cache.action = sub->get_name(); });
   }
 
