@@ -33,19 +33,31 @@ Result<HubRef> parse_hub(std::string_view text, std::string_view rest) {
   } else if (rest.starts_with("models/")) {
     rest.remove_prefix(7);
   }
-  auto slash = rest.find('/');
-  if (slash == std::string_view::npos) return fail(bad(text, "expected ORG/NAME").error());
-  std::string_view org = rest.substr(0, slash);
-  rest.remove_prefix(slash + 1);
-  // NAME runs to '@' (revision) or '/' (path).
-  auto end = rest.find_first_of("@/");
-  std::string_view name = rest.substr(0, end);
-  rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
-  if (!repo_part_ok(org) || !repo_part_ok(name)) {
-    return fail(bad(text, "'" + std::string(org) + "/" + std::string(name) +
-                              "' is not a valid repo id (letters, digits, '-', '_', '.')").error());
+  const auto first_end = rest.find_first_of("@/");
+  if (first_end == std::string_view::npos || rest[first_end] == '@') {
+    // A legacy id without an organization (`gpt2`, `bert-base-uncased@REV/PATH`): the Hub
+    // redirects it to its canonical ORG/NAME. A path after it needs `@REV`, since
+    // `hf://gpt2/x` reads as the repo `gpt2/x`.
+    std::string_view name = rest.substr(0, first_end);
+    if (!repo_part_ok(name)) {
+      return fail(bad(text, "'" + std::string(name) + "' is not a valid repo id (ORG/NAME, or a legacy NAME: "
+                                                      "letters, digits, '-', '_', '.')").error());
+    }
+    ref.repo_id = std::string(name);
+    rest = first_end == std::string_view::npos ? std::string_view{} : rest.substr(first_end);
+  } else {
+    std::string_view org = rest.substr(0, first_end);
+    rest.remove_prefix(first_end + 1);
+    // NAME runs to '@' (revision) or '/' (path).
+    auto end = rest.find_first_of("@/");
+    std::string_view name = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end);
+    if (!repo_part_ok(org) || !repo_part_ok(name)) {
+      return fail(bad(text, "'" + std::string(org) + "/" + std::string(name) +
+                                "' is not a valid repo id (letters, digits, '-', '_', '.')").error());
+    }
+    ref.repo_id = std::string(org) + "/" + std::string(name);
   }
-  ref.repo_id = std::string(org) + "/" + std::string(name);
   if (rest.starts_with("@")) {
     rest.remove_prefix(1);
     std::size_t len;
@@ -71,12 +83,20 @@ Result<HubRef> parse_hub(std::string_view text, std::string_view rest) {
   return ref;
 }
 
-// A bare ORG/NAME (optionally @REV and /PATH) that could be a repo id.
+// A bare ORG/NAME (optionally @REV and /PATH), or a legacy NAME[@REV[/PATH]], that could be a
+// repo id. A single word that looks like a file name (`model.safetensors`, `x.json`) stays a
+// local path, so that a mistyped file name says "no such file" instead of asking the Hub.
 bool looks_like_repo(std::string_view text) {
   if (text.empty() || text.front() == '/' || text.front() == '.' || text.front() == '~') return false;
-  auto slash = text.find('/');
-  if (slash == std::string_view::npos) return false;
-  return repo_part_ok(text.substr(0, slash));
+  const auto end = text.find_first_of("/@");
+  if (end == std::string_view::npos || text[end] == '@') {
+    const std::string_view name = text.substr(0, end);
+    for (std::string_view suffix : {".safetensors", ".json", ".bin", ".gguf", ".pt", ".pth", ".npy", ".onnx", ".h5"}) {
+      if (name.ends_with(suffix)) return false;
+    }
+    return repo_part_ok(name);
+  }
+  return repo_part_ok(text.substr(0, end));
 }
 
 }  // namespace

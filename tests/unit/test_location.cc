@@ -46,7 +46,7 @@ TEST_CASE("location: hf://ORG/NAME[@REV][/PATH], datasets, bare ORG/NAME, URLs a
 }
 
 TEST_CASE("location: invalid repo ids, empty revisions and unsafe paths are refused naming the part", "[location]") {
-  for (const char* bad : {"hf://org", "hf://org/na me", "hf://../x", "hf://org/name@", "hf://org/name/../x",
+  for (const char* bad : {"hf://", "hf://@main", "hf://na me", "hf://..@main", "hf://org/na me", "hf://../x", "hf://org/name@", "hf://org/name/../x",
                           "hf://org/name/%2e%2e/x", "https://"}) {
     auto r = parse_location(bad, false);
     INFO(bad);
@@ -133,4 +133,39 @@ TEST_CASE("location: revisions follow git's ref-name rules (checked at parse tim
   CHECK_FALSE(check_revision(""));
   CHECK_FALSE(check_revision(std::string(256, 'a')));
   CHECK(check_revision(std::string(255, 'a')));
+}
+
+TEST_CASE("location: legacy repo ids without an organization (hf://gpt2, bare gpt2)", "[location][legacy]") {
+  auto a = parse_location("hf://gpt2", false);
+  REQUIRE(a);
+  CHECK(a->kind == LocationKind::Hub);
+  CHECK(a->hub.repo_id == "gpt2");
+  CHECK(a->hub.revision == "main");
+  CHECK_FALSE(a->hub.path);
+  auto b = parse_location("hf://bert-base-uncased@0a6aa9128b6194f4f3c4db429b6cb4891cdb421b/model.safetensors", false);
+  REQUIRE(b);
+  CHECK(b->hub.repo_id == "bert-base-uncased");
+  CHECK(b->hub.revision == "0a6aa9128b6194f4f3c4db429b6cb4891cdb421b");
+  CHECK(b->hub.path == "model.safetensors");
+  auto d = parse_location("hf://datasets/squad", false);
+  REQUIRE(d);
+  CHECK(d->hub.dataset);
+  CHECK(d->hub.repo_id == "squad");
+  CHECK(resolve_url("https://hf.co", a->hub, "main", "config.json") == "https://hf.co/gpt2/resolve/main/config.json");
+  // Bare: a single word is a legacy id when nothing of that name exists here...
+  auto bare = parse_location("gpt2", false);
+  REQUIRE(bare);
+  CHECK(bare->kind == LocationKind::Hub);
+  CHECK(bare->hub.repo_id == "gpt2");
+  CHECK(parse_location("gpt2@main", false)->kind == LocationKind::Hub);
+  // ...but a file-like word stays a local path, and something on disk is always local.
+  for (const char* local : {"model.safetensors", "model.safetensors.index.json", "weights.bin", "x.gguf"}) {
+    INFO(local);
+    CHECK(parse_location(local, false)->kind == LocationKind::Local);
+  }
+  CHECK(parse_location("gpt2", true)->kind == LocationKind::Local);
+  // With a path, the first word is an organization.
+  auto org = parse_location("hf://gpt2/model.safetensors", false);
+  REQUIRE(org);
+  CHECK(org->hub.repo_id == "gpt2/model.safetensors");
 }
