@@ -460,7 +460,7 @@ size_t tf_tensor_count(const tf_checkpoint* checkpoint) noexcept {
 
 const char* tf_tensor_name(const tf_checkpoint* checkpoint, size_t index) noexcept {
   const auto* t = tensor_at(checkpoint, index);
-  return t != nullptr ? t->info->name.c_str() : nullptr;
+  return t != nullptr ? t->info->name.data() : nullptr;
 }
 
 const char* tf_tensor_dtype(const tf_checkpoint* checkpoint, size_t index) noexcept {

@@ -281,7 +281,7 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
     }
     bool any = false;
     for (std::size_t i = 0; i < impl_->tensors.size(); ++i) {
-      if (::fnmatch(sel.pattern.c_str(), impl_->tensors[i].info->name.c_str(), 0) == 0) {
+      if (::fnmatch(sel.pattern.c_str(), impl_->tensors[i].info->name.data(), 0) == 0) {
         any = true;
         if (auto r = choose(i, sel); !r) return fail(r.error());
       }

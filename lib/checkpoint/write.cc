@@ -24,6 +24,7 @@
 
 #include "checkpoint/checkpoint_internal.h"
 #include "format/json_internal.h"
+#include "format/writer_internal.h"
 #include "hub/location.h"
 #include "tensorfetch/writer.hpp"
 
@@ -374,17 +375,15 @@ WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> s
 // Lays out one output file and writes it (header, then every tensor's bytes) through `writer`.
 Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile& o, ByteWriter& writer,
                         const CancelToken& cancel) {
-  FileLayout layout;
-  {
-    std::vector<OutputTensor> tensors;
-    tensors.reserve(o.tensors.size());
-    for (const Selection* s : o.tensors) {
-      tensors.push_back(OutputTensor{std::string(s->ref.info->name), s->ref.info->dtype, s->plan.shape});
-    }
-    auto laid = layout_file(tensors, o.metadata);
-    if (!laid) return fail(laid.error().with_context(o.path));
-    layout = std::move(*laid);
-  }
+  auto laid = detail::layout_file_views(
+      o.tensors.size(),
+      [&](std::size_t i) {
+        const Selection* s = o.tensors[i];
+        return detail::OutputTensorView{s->ref.info->name, s->ref.info->dtype, s->plan.shape};
+      },
+      o.metadata);
+  if (!laid) return fail(laid.error().with_context(o.path));
+  FileLayout layout = std::move(*laid);
   if (auto r = writer.append(std::as_bytes(std::span(layout.prefix))); !r) return r;
   layout.prefix = std::string();  // up to 100 MB: not needed any more
   std::vector<ByteRange> needed;

@@ -8,9 +8,10 @@
 // equivalent ordered object gives.
 #include <charconv>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
 
 #include "format/json_internal.h"
+#include "format/name_index.h"
+#include "format/writer_internal.h"
 #include "tensorfetch/writer.hpp"
 
 namespace tensorfetch {
@@ -33,10 +34,25 @@ void append_uint(std::string& out, std::uint64_t value) {
 
 Result<FileLayout> layout_file(std::span<const OutputTensor> tensors,
                                const std::optional<Metadata>& metadata) {
+  return detail::layout_file_views(
+      tensors.size(),
+      [&](std::size_t i) {
+        return detail::OutputTensorView{tensors[i].name, tensors[i].dtype, tensors[i].shape};
+      },
+      metadata);
+}
+
+Result<FileLayout> detail::layout_file_views(std::size_t count,
+                                             const std::function<OutputTensorView(std::size_t)>& at,
+                                             const std::optional<Metadata>& metadata) {
   FileLayout layout;
-  layout.tensor_ranges.reserve(tensors.size());
-  std::unordered_set<std::string_view> names;
-  names.reserve(tensors.size());
+  layout.tensor_ranges.reserve(count);
+  if (count > NameIndex::kMaxNames) {
+    return fail(ErrorCode::InvalidArgument, "too many tensors: " + std::to_string(count));
+  }
+  NameIndex names;  // 8 to 16 bytes per name
+  names.reset(count);
+  auto name_of = [&](std::size_t i) { return at(i).name; };
   // The 8-byte length prefix is filled in at the end.
   std::string& text = layout.prefix;
   text.assign(kPrefixSize, '\0');
@@ -66,11 +82,12 @@ Result<FileLayout> layout_file(std::span<const OutputTensor> tensors,
     return fail(ErrorCode::InvalidArgument, std::string("cannot encode __metadata__: ") + e.what());
   }
   std::uint64_t offset = 0;
-  for (const auto& t : tensors) {
+  for (std::size_t index = 0; index < count; ++index) {
+    const OutputTensorView t = at(index);
     if (t.name == "__metadata__") {
       return fail(ErrorCode::InvalidArgument, "a tensor cannot be named '__metadata__'");
     }
-    if (!names.insert(t.name).second) {
+    if (names.insert(t.name, index, name_of)) {
       return fail(ErrorCode::DuplicateKey, "duplicate tensor name " + detail::quote_name(t.name));
     }
     std::uint64_t elements = 1, bits = 0, end = 0;
@@ -114,7 +131,7 @@ Result<FileLayout> layout_file(std::span<const OutputTensor> tensors,
       return fail(ErrorCode::HeaderTooLarge, "header of more than " + std::to_string(kMaxHeaderSize) +
                                                  " bytes (at tensor " + detail::quote_name(t.name) +
                                                  ", number " + std::to_string(layout.tensor_ranges.size() + 1) +
-                                                 " of " + std::to_string(tensors.size()) + ")");
+                                                 " of " + std::to_string(count) + ")");
     }
     layout.tensor_ranges.push_back(ByteRange{offset, end - offset});
     offset = end;

@@ -78,13 +78,18 @@ int run_get(const GetOptions& options) {
   if (!sels) return report(sels.error());
   Result<std::vector<Selection>> selection = std::vector<Selection>{};
   if (sels->empty()) {
-    // No names: every tensor (possibly none, which writes a valid empty file).
-    sels->reserve(ckpt->tensors().size());
-    for (const auto& t : ckpt->tensors()) sels->push_back(Selector{std::string(t.info->name), std::nullopt});
+    // No names: every tensor, whole (possibly none, which writes a valid empty file), without
+    // a selector per tensor.
+    selection->reserve(ckpt->tensors().size());
+    for (const auto& t : ckpt->tensors()) {
+      auto plan = plan_slice(*t.info, SliceSpec{});
+      if (!plan) return report(plan.error());
+      selection->push_back(Selection{t, std::nullopt, std::move(*plan)});
+    }
+  } else {
+    selection = ckpt->select(*sels);
   }
-  if (!sels->empty()) selection = ckpt->select(*sels);
   if (!selection) return report(selection.error());
-  sels = std::vector<Selector>{};  // one string per tensor: not needed any more
 
   FetchStats fetched;
   if (ckpt->remote()) {
