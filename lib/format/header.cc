@@ -475,6 +475,9 @@ bool by_offsets(const TensorInfo& a, const TensorInfo& b) {
 
 }  // namespace
 
+// Headers this large release the parser's buffers once read (see HeaderParser::parse).
+constexpr std::uint64_t kKeepBuffersBelow = std::uint64_t{16} << 20;
+
 struct HeaderParser::Impl {
   od::parser parser;
   detail::HugeBuffer padded;  // a padded copy of the input, when it cannot be parsed in place
@@ -577,6 +580,12 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
                     " at byte " + std::to_string(kPrefixSize + static_cast<std::size_t>(trailing - text)) +
                     " of the file; only spaces may follow the JSON object");
   }
+
+  // The text has been read. simdjson's buffers (4 bytes per token, plus the unescaped
+  // strings) are kept for the next parse, which is what makes many shards cheap, unless they
+  // are large: then they go now, before the name index is built, to keep the peak down.
+  if (n >= kKeepBuffersBelow) impl_->parser = od::parser{};
+  if (impl_->padded.size() >= kKeepBuffersBelow) impl_->padded = detail::HugeBuffer();
 
   if (!std::is_sorted(tensors.begin(), tensors.end(), by_offsets)) {
     std::sort(tensors.begin(), tensors.end(), by_offsets);
