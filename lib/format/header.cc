@@ -315,14 +315,16 @@ struct UintArray {
 
 // Reads an array of non-negative integers into `out` (cleared first), walking it to its end
 // even after a bad element, so that malformed JSON anywhere in it is still HeaderJson.
-Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view where, std::vector<std::uint64_t>& out) {
+Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view tensor, std::vector<std::uint64_t>& out) {
+  // Messages only: built when something is wrong, not for every tensor.
+  auto where = [&] { return "tensor " + quote_name(tensor); };
   out.clear();
   UintArray result;
   const char* start = value.raw_json_token().data();
   od::array arr;
   if (auto e = value.get_array().get(arr)) {
     if (!is_type_error(e)) return fail(rd.json_error(e));
-    auto got = wrong_value(rd, value, where);
+    auto got = wrong_value(rd, value, where());
     if (!got) return fail(got.error());
     result.ok = false;
     result.excerpt = std::move(*got);
@@ -349,26 +351,27 @@ Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view where
         continue;
       }
     }
-    if (auto r = validate_value(rd, item, where); !r) return fail(r.error());
+    if (auto r = validate_value(rd, item, where()); !r) return fail(r.error());
   }
   if (!result.ok) result.excerpt = rd.excerpt(start);
   return result;
 }
 
 // Parses one tensor entry into `t` (whose name is already set); `dims` is scratch space for
-// the shape, which the caller stores.
-Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector<std::uint64_t>& dims) {
-  const std::string where = "tensor " + quote_name(t.name);
-  auto fail_entry = [&](ErrorCode code, const std::string& what) { return fail(code, where + ": " + what); };
+// the shape, which the caller stores, `offsets` for data_offsets.
+Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector<std::uint64_t>& dims,
+                         std::vector<std::uint64_t>& offsets) {
+  // Messages only: built when something is wrong, not for every tensor.
+  auto where = [&] { return "tensor " + quote_name(t.name); };
+  auto fail_entry = [&](ErrorCode code, const std::string& what) { return fail(code, where() + ": " + what); };
   const char* start = value.raw_json_token().data();
   od::object obj;
   if (auto e = value.get_object().get(obj)) {
     if (!is_type_error(e)) return fail(rd.json_error(e));
-    if (auto r = validate_value(rd, value, where); !r) return r;
+    if (auto r = validate_value(rd, value, where()); !r) return r;
     return fail_entry(ErrorCode::InvalidEntry, "entry must be an object, got " + rd.excerpt(start));
   }
   bool have_dtype = false, have_shape = false, have_offsets = false;
-  std::vector<std::uint64_t> offsets;
   std::vector<std::string> unknown;  // other keys, checked for repeats (rare: copies are fine)
   for (auto field_result : obj) {
     od::field field;
@@ -393,7 +396,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
       std::string_view name;
       if (auto e = field.value().get_string().get(name)) {
         if (!is_type_error(e)) return fail(rd.json_error(e));
-        auto got = wrong_value(rd, field.value(), where);
+        auto got = wrong_value(rd, field.value(), where());
         if (!got) return fail(got.error());
         return fail_entry(ErrorCode::InvalidDtype, "dtype must be a string, got " + *got);
       }
@@ -403,7 +406,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
     } else if (key == "shape") {
       if (have_shape) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'shape'");
       have_shape = true;
-      auto got = read_uints(rd, field.value(), where, dims);
+      auto got = read_uints(rd, field.value(), t.name, dims);
       if (!got) return fail(got.error());
       if (got->negative_zero) {
         return fail_entry(ErrorCode::InvalidShape,
@@ -415,7 +418,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
     } else if (key == "data_offsets") {
       if (have_offsets) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'data_offsets'");
       have_offsets = true;
-      auto got = read_uints(rd, field.value(), where, offsets);
+      auto got = read_uints(rd, field.value(), t.name, offsets);
       if (!got) return fail(got.error());
       if (got->negative_zero) {
         return fail_entry(ErrorCode::InvalidOffsets, "'-0' in data_offsets " + got->excerpt +
@@ -428,10 +431,10 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
     } else {
       // Ignored, but well-formed and without repeated keys, here or nested.
       if (std::find(unknown.begin(), unknown.end(), key) != unknown.end()) {
-        return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + where);
+        return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + where());
       }
       unknown.emplace_back(key);
-      if (auto r = validate_value(rd, field.value(), where); !r) return r;
+      if (auto r = validate_value(rd, field.value(), where()); !r) return r;
     }
   }
   if (!have_dtype) return fail_entry(ErrorCode::InvalidEntry, "missing 'dtype'");
@@ -537,9 +540,11 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
     if (is_type_error(e)) return fail(ErrorCode::HeaderJson, "header must be a JSON object");
     return fail(rd.json_error(e));
   }
-  // Counting first lets the tensors take exactly the memory they need.
-  std::size_t fields = 0;
-  if (auto e = root.count_fields().get(fields)) return fail(rd.json_error(e));
+  // Room for as many entries as the text can hold (the shortest valid entry,
+  // `"":{"dtype":"U8","shape":[],"data_offsets":[0,0]}`, is 49 bytes), so the vector never
+  // moves; the arena maps it lazily, so only what is filled becomes resident. (Counting the
+  // fields first would cost a second pass over the text.)
+  const std::size_t fields = static_cast<std::size_t>(n / 49 + 1);
 
   Header header;
   header.header_size = n;
@@ -548,7 +553,7 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
   auto& tensors = storage.tensors;
   tensors.reserve(fields);
   bool have_metadata = false;
-  std::vector<std::uint64_t> dims;
+  std::vector<std::uint64_t> dims, offsets;
   for (auto field_result : root) {
     od::field field;
     if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
@@ -569,7 +574,7 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
     }
     TensorInfo& t = tensors.emplace_back();
     t.name = storage.keep(key);
-    if (auto r = parse_entry(rd, field.value(), t, dims); !r) return fail(r.error());
+    if (auto r = parse_entry(rd, field.value(), t, dims, offsets); !r) return fail(r.error());
     t.shape = storage.keep(dims);
   }
   // Past the root object there must be no token left (simdjson 3.0 has no document::at_end:
