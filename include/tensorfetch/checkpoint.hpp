@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tensorfetch/cancel.hpp"
 #include "tensorfetch/error.hpp"
 #include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
@@ -80,6 +81,9 @@ struct OpenOptions {
   /// directories 0700, files 0600 (complete blobs 0400). Unset: true when
   /// `$TENSORFETCH_SHARED_CACHE` is `1`, `true`, `yes` or `on`.
   std::optional<bool> shared_cache;
+  /// Stops the open when cancelled (`Cancelled`), also in the middle of a stalled request.
+  /// Applies to `open` only; fetches and writes take their own token.
+  CancelToken cancel;
 };
 
 /// Progress of one file in a fetch. A plain value.
@@ -132,6 +136,9 @@ struct FetchOptions {
   /// cache: every wanted byte is transferred, nothing is read from or written to the cache, and
   /// views of those tensors stay unavailable.
   ByteSink sink;
+  /// Stops the fetch when cancelled (`Cancelled`) within about 100 ms, also while transfers are
+  /// stalled or waiting to be retried; what arrived whole stays committed in the cache.
+  CancelToken cancel;
 };
 
 /// What a fetch did. A plain value.
@@ -177,6 +184,9 @@ struct WriteOptions {
   /// Write one file per source shard and an index into the output *directory*, instead of
   /// one file.
   bool sharded_output = false;
+  /// Stops the write when cancelled (`Cancelled`): temporary files are removed, nothing is
+  /// renamed into place. A stream keeps the bytes already written to it.
+  CancelToken cancel;
 };
 
 /// A checkpoint opened from a local file or directory.
@@ -266,11 +276,26 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] Result<void> save_files(const std::string& dir) const;
 
   /// Writes the selection as a new valid safetensors file at `out` (or, with
-  /// `sharded_output`, a directory of shards named as the source plus an index). Output
-  /// goes to a temporary name, is flushed to disk and renamed into place, so a failed write
-  /// never leaves a file that looks complete. `__metadata__` of the source is kept.
+  /// `sharded_output`, a directory of shards named as the source plus an index).
+  /// `__metadata__` of the source is kept. Time and memory are linear in the tensors written.
+  ///
+  /// A regular file (new, or existing: replaced) is written under a temporary name beside it,
+  /// flushed to disk and renamed into place, so a failed or cancelled write never leaves a file
+  /// that looks complete; a symbolic link is followed (its target is replaced; a link to
+  /// nothing is refused). An existing FIFO or character device (`/dev/null`, a terminal,
+  /// `/dev/stdout` when that is a pipe) is written in place as a stream, as `write_stream`
+  /// does, and is never replaced. Other targets (directories, sockets, block devices) are
+  /// refused with `InvalidArgument`, and so are streams in a `sharded_output` directory.
   [[nodiscard]] Result<void> write(std::span<const Selection> selection, const std::string& out,
                                    const WriteOptions& options = {}) const;
+
+  /// Writes the selection as one safetensors file to the open descriptor `fd` (a pipe, FIFO,
+  /// terminal, socket, `/dev/null`, or a regular file at its current offset), as a stream: the
+  /// bytes go out in file order and nothing is renamed; on failure or cancellation the bytes
+  /// already written stay written. The descriptor stays the caller's (not closed). A
+  /// non-blocking descriptor is waited on with `poll`. `sharded_output` is refused.
+  [[nodiscard]] Result<void> write_stream(std::span<const Selection> selection, int fd,
+                                          const WriteOptions& options = {}) const;
 
   /// Opaque state; defined inside the library only.
   struct Impl;

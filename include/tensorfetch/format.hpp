@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <memory_resource>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,15 +32,16 @@ inline constexpr std::uint64_t kPrefixSize = 8;
 /// String-to-string metadata (`__metadata__`), sorted by key.
 using Metadata = std::map<std::string, std::string>;
 
-/// One tensor entry of a header. A plain value: copies are independent of the header they
-/// came from. (Its containers are `std::pmr` ones so that a `Header` can keep a million
-/// entries in one arena; a copy uses the default allocator.)
+/// One tensor entry of a header: a small view. In a `Header`, `name` and `shape` point into
+/// storage the header owns (valid as long as the header lives, also after it is moved), and
+/// `name` is NUL-terminated there (`name.data()[name.size()] == '\0'`). A TensorInfo made by
+/// hand points wherever its maker points it. Copies share what they point to.
 struct TENSORFETCH_API TensorInfo {
-  std::pmr::string name;                  ///< the JSON key
-  DType dtype = DType::U8;                ///< element type
-  std::pmr::vector<std::uint64_t> shape;  ///< dimensions; empty for a scalar
-  std::uint64_t begin = 0;                ///< data_offsets[0], relative to the data section
-  std::uint64_t end = 0;                  ///< data_offsets[1], relative to the data section
+  std::string_view name;                 ///< the JSON key
+  DType dtype = DType::U8;               ///< element type
+  std::span<const std::uint64_t> shape;  ///< dimensions; empty for a scalar
+  std::uint64_t begin = 0;               ///< data_offsets[0], relative to the data section
+  std::uint64_t end = 0;                 ///< data_offsets[1], relative to the data section
 
   /// Number of elements (product of the shape; 1 for a scalar). Validated headers
   /// guarantee it does not overflow.
@@ -50,8 +50,9 @@ struct TENSORFETCH_API TensorInfo {
   [[nodiscard]] std::uint64_t nbytes() const noexcept { return end - begin; }
 };
 
-/// A parsed and validated header. Owns all its data (tensors live in one arena that moves
-/// with the header). Move-only. Const members are safe to call from several threads.
+/// A parsed and validated header. Owns all its data: the tensor entries, their names and shapes
+/// live in one arena that moves with the header (about 60 bytes per tensor plus its name and
+/// 8 bytes per dimension). Move-only. Const members are safe to call from several threads.
 class TENSORFETCH_API Header {
  public:
   /// An empty header (no tensors, no metadata).
@@ -70,7 +71,7 @@ class TENSORFETCH_API Header {
   std::optional<Metadata> metadata;
 
   /// All tensors, sorted by `begin` (the order they are stored in).
-  [[nodiscard]] const std::pmr::vector<TensorInfo>& tensors() const noexcept;
+  [[nodiscard]] std::span<const TensorInfo> tensors() const noexcept;
   /// The tensor with this exact name, or nullptr.
   [[nodiscard]] const TensorInfo* find(std::string_view name) const;
   /// Offset of the data section from the start of the file: 8 + N.
@@ -80,10 +81,11 @@ class TENSORFETCH_API Header {
     return ByteRange{data_offset() + t.begin, t.nbytes()};
   }
 
-  /// Takes ownership of validated tensors (sorted by begin) and indexes them by name;
-  /// refuses duplicate names (`DuplicateKey`, leaving the header without tensors). Used by
-  /// the parser; exposed so that tests and tools can build headers directly.
-  [[nodiscard]] Result<void> set_tensors(std::pmr::vector<TensorInfo> tensors);
+  /// Replaces the tensors with copies of `tensors` (their names and shapes copied into the
+  /// header's storage; expected sorted by begin) and indexes them by name; refuses duplicate
+  /// names (`DuplicateKey`, leaving the header without tensors). No other validation: for
+  /// tests and tools that build headers directly.
+  [[nodiscard]] Result<void> set_tensors(std::span<const TensorInfo> tensors);
 
   /// Storage behind the tensors (opaque; defined in the library).
   struct Storage;

@@ -158,6 +158,33 @@ TF_API void tf_error_free(tf_error* error) TF_NOEXCEPT;
 #define TF_SHARED_CACHE_FROM_ENV (-1)
 
 /**
+ * A cancellation flag for an operation that has no checkpoint to `tf_cancel` yet: `tf_open`
+ * (see `tf_open_options.cancel`). Opaque; created by `tf_cancel_token_new`, owned by the
+ * caller until `tf_cancel_token_free`, which must not run while an operation uses it.
+ */
+typedef struct tf_cancel_token tf_cancel_token;
+
+/** A new token, not cancelled; NULL when out of memory. Any thread. */
+TF_API tf_cancel_token* tf_cancel_token_new(void) TF_NOEXCEPT;
+
+/**
+ * Cancels: an operation given the token stops within about 100 ms (also in the middle of a
+ * stalled request) and fails with `TF_ERR_CANCELLED`; later operations given it fail at once
+ * until `tf_cancel_token_reset`. NULL is ignored. Any thread; it only sets a lock-free atomic
+ * flag, so it may also be called from a signal handler.
+ */
+TF_API void tf_cancel_token_cancel(tf_cancel_token* token) TF_NOEXCEPT;
+
+/** Non-zero once the token was cancelled (and not reset since); 0 for NULL. Any thread. */
+TF_API int tf_cancel_token_cancelled(const tf_cancel_token* token) TF_NOEXCEPT;
+
+/** Clears a cancellation, so that the token can serve another operation. NULL is ignored. */
+TF_API void tf_cancel_token_reset(tf_cancel_token* token) TF_NOEXCEPT;
+
+/** Releases a token; NULL is ignored. No operation may be using it. */
+TF_API void tf_cancel_token_free(tf_cancel_token* token) TF_NOEXCEPT;
+
+/**
  * How to open a checkpoint. A plain value owned by the caller; initialize it with
  * `tf_open_options_init`, then set what you need. Strings are copied by `tf_open`. NULL or
  * 0 means the default stated per field (defaults come from the environment, as the
@@ -194,6 +221,10 @@ typedef struct tf_open_options {
    *  `$TENSORFETCH_SHARED_CACHE` is `1`, `true`, `yes` or `on`. Never accepted: cache
    *  directories writable by all users, or symbolic links inside the cache. */
   int shared_cache;
+  /** Cancels this `tf_open` when cancelled (from any thread or a signal handler): it then
+   *  fails with `TF_ERR_CANCELLED` within about 100 ms, also while a request is stalled.
+   *  NULL: not cancellable. Not kept: use `tf_cancel` for the checkpoint's fetches. */
+  tf_cancel_token* cancel;
 } tf_open_options;
 
 /**
@@ -498,11 +529,13 @@ TF_API void tf_plan_free(tf_plan* plan) TF_NOEXCEPT;
 /* ---------------------------------------------------------------------------------------- */
 
 /**
- * Asks the running fetch on `checkpoint` to stop: it fails with `TF_ERR_CANCELLED` the next
- * time it reports progress (within about 100 ms while data flows, else when the current
- * transfers end). When no fetch is running, the next one to start is cancelled at once:
- * a request is consumed by the fetch it stops. NULL is ignored. Any thread; it only sets a
- * lock-free atomic flag, so it may also be called from a signal handler.
+ * Asks the running fetch (`tf_fetch`, `tf_fetch_all`) on `checkpoint` to stop: it fails with
+ * `TF_ERR_CANCELLED` within about 100 ms, also while its transfers are stalled, connecting or
+ * waiting to be retried; what arrived whole stays committed in the cache (a later fetch resumes
+ * from it). When no fetch is running, the next one to start is cancelled at once: a request
+ * is consumed by the fetch it stops. NULL is ignored. Any thread; it only sets a lock-free
+ * atomic flag, so it may also be called from a signal handler. (To cancel `tf_open`, give it a
+ * `tf_cancel_token` in `tf_open_options.cancel`.)
  */
 TF_API void tf_cancel(tf_checkpoint* checkpoint) TF_NOEXCEPT;
 

@@ -5,6 +5,7 @@
 
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/cache.hpp"
+#include "tensorfetch/cancel.hpp"
 #include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"

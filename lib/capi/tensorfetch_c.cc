@@ -42,12 +42,16 @@ struct tf_checkpoint {
   explicit tf_checkpoint(tensorfetch::Checkpoint c) : checkpoint(std::move(c)) {}
   tensorfetch::Checkpoint checkpoint;
   mutable std::mutex fetch_mutex;   // one fetch (or save) at a time; not logical state
-  std::atomic<bool> cancel{false};  // set by tf_cancel, consumed by the fetch it stops
+  // Set by tf_cancel (lock-free: CancelToken), consumed by the fetch it stops.
+  const tensorfetch::CancelToken cancel = tensorfetch::CancelToken::make();
+};
+
+/// A cancellation flag handed to C: owned by the caller until tf_cancel_token_free.
+struct tf_cancel_token {
+  tensorfetch::CancelToken token;
 };
 
 namespace {
-
-static_assert(std::atomic<bool>::is_always_lock_free, "tf_cancel promises a lock-free flag");
 
 // Every C++ code with its C name; the C value is TF_ERR_<UPPER>. Kept in one list so that the
 // three mappings below cannot disagree.
@@ -215,16 +219,16 @@ const tensorfetch::TensorRef* tensor_at(const tf_checkpoint* checkpoint, std::si
 // Clears the cancel flag when a fetch ends, however it ends: a cancel request is consumed by
 // the fetch it stops (or by a fetch that completed before it could notice it).
 struct ConsumeCancel {
-  std::atomic<bool>& flag;
-  ~ConsumeCancel() { flag.store(false); }
+  const tensorfetch::CancelToken& token;
+  ~ConsumeCancel() { token.reset(); }
 };
 
 tf_code cancelled(tf_error** err) noexcept {
   return store_error(err, TF_ERR_CANCELLED, "cancelled by the caller (tf_cancel)");
 }
 
-// The C++ fetch options for the C ones (NULL: defaults); the progress function also watches
-// the cancel flag. Returns TF_OK or the argument error.
+// The C++ fetch options for the C ones (NULL: defaults), cancelled by the checkpoint's token
+// (tf_cancel), which the progress function also watches. Returns TF_OK or the argument error.
 tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, tensorfetch::FetchOptions& out,
                       tf_error** err) {
   tf_progress_fn callback = nullptr;
@@ -242,12 +246,12 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     if (TF_HOLDS(tf_fetch_options, in, user)) user = in->user;
     if (TF_HOLDS(tf_fetch_options, in, sink)) sink = in->sink;
   }
-  std::atomic<bool>* flag = &checkpoint->cancel;
+  out.cancel = checkpoint->cancel;
   // The per-file array handed to the callback; reused from call to call (all calls are on the
   // fetching thread, one at a time).
   auto files = std::make_shared<std::vector<tf_file_progress>>();
-  out.progress = [flag, callback, user, files](const tensorfetch::FetchProgress& p) noexcept {
-    if (flag->load()) return false;
+  out.progress = [flag = checkpoint->cancel, callback, user, files](const tensorfetch::FetchProgress& p) noexcept {
+    if (flag.cancelled()) return false;
     if (callback == nullptr) return true;
     tf_progress c{};
     c.size = sizeof(tf_progress);
@@ -269,7 +273,7 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
       c.files = nullptr;
     }
     try {
-      return callback(&c, user) == 0 && !flag->load();
+      return callback(&c, user) == 0 && !flag.cancelled();
     } catch (...) {  // a C++ callback that throws: stop rather than unwind through the fetch
       return false;
     }
@@ -342,7 +346,7 @@ tf_code run_fetch(tf_checkpoint* checkpoint, const tf_fetch_options* options, tf
   if (tf_code c = fetch_options(checkpoint, options, fo, err); c != TF_OK) return c;
   std::lock_guard<std::mutex> lock(checkpoint->fetch_mutex);
   ConsumeCancel consume{checkpoint->cancel};
-  if (checkpoint->cancel.load()) return cancelled(err);
+  if (checkpoint->cancel.cancelled()) return cancelled(err);
   tensorfetch::Result<tensorfetch::FetchStats> result = std::forward<Run>(run)(fo);
   if (!result) return store_error(err, result.error());
   store_stats(*result, stats);
@@ -425,6 +429,9 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
                                std::to_string(options->shared_cache));
         }
       }
+      if (TF_HOLDS(tf_open_options, options, cancel) && options->cancel != nullptr) {
+        o.cancel = options->cancel->token;
+      }
     }
     auto opened = tensorfetch::Checkpoint::open(location, o);
     if (!opened) return store_error(err, opened.error());
@@ -465,7 +472,7 @@ size_t tf_tensor_count(const tf_checkpoint* checkpoint) noexcept {
 
 const char* tf_tensor_name(const tf_checkpoint* checkpoint, size_t index) noexcept {
   const auto* t = tensor_at(checkpoint, index);
-  return t != nullptr ? t->info->name.c_str() : nullptr;
+  return t != nullptr ? t->info->name.data() : nullptr;
 }
 
 const char* tf_tensor_dtype(const tf_checkpoint* checkpoint, size_t index) noexcept {
@@ -619,8 +626,30 @@ tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options,
 }
 
 void tf_cancel(tf_checkpoint* checkpoint) noexcept {
-  if (checkpoint != nullptr) checkpoint->cancel.store(true);
+  if (checkpoint != nullptr) checkpoint->cancel.cancel();
 }
+
+tf_cancel_token* tf_cancel_token_new(void) noexcept {
+  try {
+    return new tf_cancel_token{tensorfetch::CancelToken::make()};
+  } catch (...) {  // out of memory
+    return nullptr;
+  }
+}
+
+void tf_cancel_token_cancel(tf_cancel_token* token) noexcept {
+  if (token != nullptr) token->token.cancel();
+}
+
+int tf_cancel_token_cancelled(const tf_cancel_token* token) noexcept {
+  return token != nullptr && token->token.cancelled() ? 1 : 0;
+}
+
+void tf_cancel_token_reset(tf_cancel_token* token) noexcept {
+  if (token != nullptr) token->token.reset();
+}
+
+void tf_cancel_token_free(tf_cancel_token* token) noexcept { delete token; }
 
 tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name, const void** data, size_t* len) noexcept {
   if (data != nullptr) *data = nullptr;

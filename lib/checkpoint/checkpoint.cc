@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Opening a local checkpoint: locate, map, validate every header and the index.
 #include <fnmatch.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -81,8 +83,9 @@ const std::optional<std::string>& Checkpoint::config_json() const noexcept { ret
 std::uint64_t Checkpoint::requests() const noexcept { return impl_->requests; }
 
 const TensorRef* Checkpoint::find(std::string_view name) const {
-  auto it = impl_->by_name.find(name);
-  return it == impl_->by_name.end() ? nullptr : &impl_->tensors[it->second];
+  const auto& tensors = impl_->tensors;
+  auto pos = impl_->by_name.find(name, [&](std::size_t i) -> std::string_view { return tensors[i].info->name; });
+  return pos ? &tensors[*pos] : nullptr;
 }
 
 namespace {
@@ -95,6 +98,12 @@ Result<void> load_file(Checkpoint::Impl& impl, std::size_t i, HeaderParser& pars
   // The whole mapping is given, so the header is parsed in place.
   auto header = parser.parse_file_prefix(map->bytes(), map->size());
   if (!header) return fail(header.error().with_context(path));
+  // The header's pages are not read again (the Header holds what it needs): drop them from this
+  // process's resident set (the page cache keeps them). Up to 100 MB for a huge header.
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(map->bytes().data());
+  const auto end = (begin + kPrefixSize + header->header_size) & ~(page - 1);
+  if (end > begin + page) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
   impl.files[i].size = map->size();
   impl.maps[i] = std::move(*map);
   impl.headers[i] = std::move(*header);
@@ -138,7 +147,7 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
 }  // namespace
 
 // Opens a local file, index or directory into `impl`.
-Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
+Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, const CancelToken& cancel) {
   std::string path = location;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   if (is_directory(path)) {
@@ -193,6 +202,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location) {
   impl.headers.resize(impl.files.size());
   HeaderParser parser;  // one for every shard: its buffers are reused
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
+    if (cancel.cancelled()) return fail(ErrorCode::Cancelled, location + ": open cancelled");
     if (auto r = load_file(impl, i, parser); !r) return fail(r.error());
   }
   return {};
@@ -211,8 +221,17 @@ Result<void> Checkpoint::Impl::finish_open() {
   std::sort(tensors.begin(), tensors.end(), [](const TensorRef& a, const TensorRef& b) {
     return natural_less(a.info->name, b.info->name);
   });
-  by_name.reserve(count);
-  for (std::size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].info->name, i);
+  // Names are unique across files: each header's are, and the index check (or the single
+  // file) rules out one name in two shards; insert() would report a repeat.
+  by_name.reset(count);
+  auto name_of = [&](std::size_t i) -> std::string_view { return tensors[i].info->name; };
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (auto other = by_name.insert(tensors[i].info->name, i, name_of)) {
+      return fail(ErrorCode::IndexMismatch, location + ": tensor " + quote_name(tensors[i].info->name) +
+                                                " is stored in two files: " + files[tensors[*other].file].path +
+                                                " and " + files[tensors[i].file].path);
+    }
+  }
   return {};
 }
 
@@ -225,22 +244,27 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
   auto parsed = detail::parse_location(location, exists);
   if (!parsed) return fail(parsed.error());
   if (parsed->kind == detail::LocationKind::Local) {
-    if (auto r = open_local(*impl, location); !r) return fail(r.error());
+    if (auto r = open_local(*impl, location, options.cancel); !r) return fail(r.error());
   } else {
     impl->remote = true;
     if (auto r = open_remote(*impl, location, options); !r) return fail(r.error());
   }
+  if (options.cancel.cancelled()) return fail(ErrorCode::Cancelled, location + ": open cancelled");
   if (auto r = impl->finish_open(); !r) return fail(r.error());
   return Checkpoint(std::move(impl));
 }
 
 Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> selectors) const {
-  // Chosen tensors by position in tensors(), with the selector that chose them.
-  std::map<std::size_t, const Selector*> chosen;
+  // The selector that chose each tensor (by position in tensors()), or nullptr.
+  std::vector<const Selector*> chosen(impl_->tensors.size(), nullptr);
+  std::size_t chosen_count = 0;
   auto choose = [&](std::size_t pos, const Selector& sel) -> Result<void> {
-    auto [it, inserted] = chosen.emplace(pos, &sel);
-    if (!inserted) {
-      const auto& a = it->second->slice;
+    if (chosen[pos] == nullptr) {
+      chosen[pos] = &sel;
+      ++chosen_count;
+    } else {
+      const Selector* first = chosen[pos];
+      const auto& a = first->slice;
       const auto& b = sel.slice;
       bool same = a.has_value() == b.has_value() &&
                   (!a || to_string(*a) == to_string(*b));
@@ -250,16 +274,15 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
         };
         return fail(ErrorCode::InvalidArgument,
                     "tensor " + quote_name(impl_->tensors[pos].info->name) +
-                        " is selected twice with different slices: by " + describe(*it->second) +
+                        " is selected twice with different slices: by " + describe(*first) +
                         " and by " + describe(sel));
       }
     }
     return {};
   };
   for (const auto& sel : selectors) {
-    auto exact = impl_->by_name.find(sel.pattern);
-    if (exact != impl_->by_name.end()) {  // an exact name wins over glob syntax
-      if (auto r = choose(exact->second, sel); !r) return fail(r.error());
+    if (const TensorRef* exact = find(sel.pattern)) {  // an exact name wins over glob syntax
+      if (auto r = choose(static_cast<std::size_t>(exact - impl_->tensors.data()), sel); !r) return fail(r.error());
       continue;
     }
     if (!has_glob(sel.pattern)) {
@@ -267,7 +290,7 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
     }
     bool any = false;
     for (std::size_t i = 0; i < impl_->tensors.size(); ++i) {
-      if (::fnmatch(sel.pattern.c_str(), impl_->tensors[i].info->name.c_str(), 0) == 0) {
+      if (::fnmatch(sel.pattern.c_str(), impl_->tensors[i].info->name.data(), 0) == 0) {
         any = true;
         if (auto r = choose(i, sel); !r) return fail(r.error());
       }
@@ -277,8 +300,10 @@ Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> sele
     }
   }
   std::vector<Selection> out;
-  out.reserve(chosen.size());
-  for (const auto& [pos, sel] : chosen) {
+  out.reserve(chosen_count);
+  for (std::size_t pos = 0; pos < chosen.size(); ++pos) {
+    const Selector* sel = chosen[pos];
+    if (sel == nullptr) continue;
     const TensorRef& ref = impl_->tensors[pos];
     auto plan = plan_slice(*ref.info, sel->slice.value_or(SliceSpec{}));
     if (!plan) return fail(plan.error().with_context(impl_->local_path(ref.file)));

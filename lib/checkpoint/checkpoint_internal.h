@@ -10,6 +10,7 @@
 
 #include "cache/blob.h"
 #include "cache/mapped_file.h"
+#include "format/name_index.h"
 #include "net/http_client.h"
 #include "tensorfetch/checkpoint.hpp"
 
@@ -19,8 +20,10 @@ namespace tensorfetch {
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
                                        const OpenOptions& options);
 
-/// Opens a local file, index or directory (a checkpoint location on disk). In checkpoint.cc.
-[[nodiscard]] Result<void> open_local(Checkpoint::Impl& impl, const std::string& location);
+/// Opens a local file, index or directory (a checkpoint location on disk); stops between files
+/// when `cancel` is cancelled. In checkpoint.cc.
+[[nodiscard]] Result<void> open_local(Checkpoint::Impl& impl, const std::string& location,
+                                      const CancelToken& cancel = {});
 
 /// Opens a remote checkpoint from the cache alone (a manifest an earlier fetch recorded),
 /// without any request. In snapshot.cc.
@@ -57,7 +60,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::vector<detail::MappedFile> maps;          // one per file
   std::vector<Header> headers;                   // one per file
   std::vector<TensorRef> tensors;                // natural name order
-  std::unordered_map<std::string_view, std::size_t> by_name;  // into tensors
+  detail::NameIndex by_name;                     // names of `tensors`, to their positions
   bool remote = false;
   std::optional<std::string> commit;             // X-Repo-Commit
   std::optional<std::string> config_json;        // config.json, when found

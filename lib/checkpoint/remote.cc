@@ -482,7 +482,9 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   http.min_rate = options.min_rate;
   http.connect_timeout_ms = options.connect_timeout_ms;
   http.ca_file = !options.ca_file.empty() ? options.ca_file : env("CURL_CA_BUNDLE");
-  Remote remote{impl, options, detail::HttpClient(http), {}, {}, {}, std::move(*location), std::nullopt, {}};
+  detail::HttpOptions open_http = http;
+  open_http.cancel = options.cancel;  // this open only: fetches take their own token
+  Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), std::nullopt, {}};
   if (remote.location.kind == detail::LocationKind::Hub) {
     remote.hf_repo_dir = hf_repo_dir(options, remote.location.hub);
     impl.hub = true;

@@ -1,19 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
-// Writing a selection of a checkpoint as new safetensors files. Every file is written under
-// a temporary name, flushed, and renamed into place; an index is renamed last, so a reader
-// never sees an index naming a shard that is not complete.
+// Writing a selection of a checkpoint as new safetensors files. A regular file is written under
+// a temporary name, flushed, and renamed into place; an index is renamed last, so a reader never
+// sees an index naming a shard that is not complete. A FIFO or character device (or a
+// descriptor the caller gives) is written as a stream, in place. Time and memory are linear in
+// the tensors written: small tensors are gathered into one buffer per write, large ones are
+// copied straight from the mapped source, whose pages are dropped behind the copy.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <thread>
 
 #include "checkpoint/checkpoint_internal.h"
 #include "format/json_internal.h"
+#include "format/writer_internal.h"
 #include "hub/location.h"
 #include "tensorfetch/writer.hpp"
 
@@ -25,53 +36,71 @@ Error sys_error(const std::string& path, const char* what, int err) {
   return Error{ErrorCode::Io, path + ": " + what + ": " + std::strerror(err)};
 }
 
-/// A file being written under a temporary name beside its final path. Unlinks the
-/// temporary file unless `commit()` succeeded.
-class PendingFile {
+Error cancelled_error(const std::string& path) {
+  return Error{ErrorCode::Cancelled, path + ": write cancelled"};
+}
+
+/// Closes a descriptor it owns.
+class OwnedFd {
  public:
-  static Result<PendingFile> create(const std::string& final_path) {
-    PendingFile f;
-    f.final_ = final_path;
-    f.temp_ = final_path + ".tmp-XXXXXX";
-    f.fd_ = ::mkstemp(f.temp_.data());
-    if (f.fd_ < 0) return fail(sys_error(final_path, "cannot create a temporary file", errno));
-    ::fchmod(f.fd_, 0644);
-    return f;
+  OwnedFd() = default;
+  explicit OwnedFd(int fd) noexcept : fd_(fd) {}
+  OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  OwnedFd& operator=(OwnedFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
   }
-  PendingFile() = default;
-  PendingFile(PendingFile&& o) noexcept
-      : final_(std::move(o.final_)), temp_(std::move(o.temp_)), fd_(std::exchange(o.fd_, -1)),
-        committed_(std::exchange(o.committed_, true)) {}
-  PendingFile& operator=(PendingFile&&) = delete;
-  ~PendingFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() { reset(); }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  /// Closes now, reporting the error.
+  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
+  void reset() noexcept {
+    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
   }
 
-  Result<void> write(std::span<const std::byte> bytes) {
-    const std::byte* p = bytes.data();
-    std::size_t left = bytes.size();
-    while (left > 0) {
-      ssize_t n = ::write(fd_, p, std::min<std::size_t>(left, std::size_t{1} << 30));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return fail(sys_error(final_, "write failed", errno));
+ private:
+  int fd_ = -1;
+};
+
+/// Writes one output file's bytes in order to a descriptor: small pieces are gathered in a
+/// buffer, large ones (mapped source bytes) written directly with their pages dropped from this
+/// process afterwards. Checks the cancel token between pieces; waits with `poll` on a
+/// descriptor that is not ready (non-blocking, or a stalled reader) so that cancellation is
+/// seen within 100 ms. For regular files, starts writeback every few dozen MiB and waits for
+/// the previous batch, so that dirty pages stay bounded and the final fsync is short.
+class ByteWriter {
+ public:
+  ByteWriter(int fd, std::string what, CancelToken cancel, bool regular)
+      : fd_(fd), what_(std::move(what)), cancel_(std::move(cancel)), regular_(regular) {
+    buf_.reserve(kBuffer);
+  }
+
+  /// Appends bytes that are not mapped (the header): always buffered.
+  Result<void> append(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      const std::size_t n = std::min(bytes.size(), kBuffer - buf_.size());
+      buf_.insert(buf_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+      bytes = bytes.subspan(n);
+      if (buf_.size() == kBuffer) {
+        if (auto r = flush(); !r) return r;
       }
-      p += n;
-      left -= static_cast<std::size_t>(n);
     }
     return {};
   }
 
-  /// Writes mapped bytes in 8 MiB pieces, dropping each piece's pages from this process's
-  /// resident set once written (the page cache keeps them), so memory stays flat however much
-  /// is copied.
-  Result<void> write_dropping(std::span<const std::byte> bytes) {
-    constexpr std::size_t kPiece = 8 << 20;
+  /// Appends bytes of a mapped source file.
+  Result<void> append_mapped(std::span<const std::byte> bytes) {
+    if (bytes.size() < kDirect) return append(bytes);
+    if (auto r = flush(); !r) return r;
     const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
     while (!bytes.empty()) {
       auto piece = bytes.first(std::min(kPiece, bytes.size()));
-      if (auto r = write(piece); !r) return r;
+      if (auto r = write_all(piece); !r) return r;
       auto begin = (reinterpret_cast<std::uintptr_t>(piece.data()) + page - 1) & ~(page - 1);
       auto end = reinterpret_cast<std::uintptr_t>(piece.data() + piece.size()) & ~(page - 1);
       if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
@@ -80,11 +109,105 @@ class PendingFile {
     return {};
   }
 
+  /// Writes out what is buffered.
+  Result<void> flush() {
+    if (buf_.empty()) return {};
+    auto r = write_all(buf_);
+    buf_.clear();
+    return r;
+  }
+
+ private:
+  static constexpr std::size_t kBuffer = std::size_t{1} << 20;     // gathers small pieces
+  static constexpr std::size_t kDirect = std::size_t{256} << 10;   // written unbuffered from here
+  static constexpr std::size_t kPiece = std::size_t{8} << 20;      // one write() of mapped bytes
+  static constexpr std::uint64_t kWriteback = std::uint64_t{32} << 20;
+
+  Result<void> write_all(std::span<const std::byte> bytes) {
+    while (!bytes.empty()) {
+      if (cancel_.cancelled()) return fail(cancelled_error(what_));
+      if (!regular_) {
+        // Streams: wait until the reader makes room, a little at a time, so that a reader that
+        // stopped reading cannot keep a cancelled write waiting.
+        pollfd p{fd_, POLLOUT, 0};
+        const int ready = ::poll(&p, 1, 100);
+        if (ready < 0 && errno != EINTR) return fail(sys_error(what_, "poll failed", errno));
+        if (ready <= 0) continue;
+        if ((p.revents & (POLLERR | POLLNVAL)) != 0 && (p.revents & POLLOUT) == 0) {
+          return fail(Error{ErrorCode::Io, what_ + ": the stream was closed by its reader"});
+        }
+      }
+      const ssize_t n = ::write(fd_, bytes.data(), std::min<std::size_t>(bytes.size(), std::size_t{1} << 30));
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        if (errno == EPIPE) return fail(Error{ErrorCode::Io, what_ + ": the stream was closed by its reader"});
+        return fail(sys_error(what_, "write failed", errno));
+      }
+      bytes = bytes.subspan(static_cast<std::size_t>(n));
+      written_ += static_cast<std::uint64_t>(n);
+      if (regular_ && written_ - started_ >= kWriteback) start_writeback();
+    }
+    return {};
+  }
+
+  // Starts writeback of what was written since the last call and waits for the batch before
+  // (best effort: errors surface at the final fsync).
+  void start_writeback() {
+    if (waited_ < started_) {
+      ::sync_file_range(fd_, static_cast<off64_t>(waited_), static_cast<off64_t>(started_ - waited_),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      waited_ = started_;
+    }
+    ::sync_file_range(fd_, static_cast<off64_t>(started_), static_cast<off64_t>(written_ - started_),
+                      SYNC_FILE_RANGE_WRITE);
+    started_ = written_;
+  }
+
+  int fd_;
+  std::string what_;
+  CancelToken cancel_;
+  bool regular_;
+  std::vector<std::byte> buf_;
+  std::uint64_t written_ = 0;  // bytes written to fd_ so far (streams: since we started)
+  std::uint64_t started_ = 0;  // writeback was started for [0, started_)
+  std::uint64_t waited_ = 0;   // and has completed for [0, waited_)
+};
+
+/// A file being written under a temporary name beside its final path. Unlinks the temporary
+/// file unless `commit()` succeeded.
+class PendingFile {
+ public:
+  static Result<PendingFile> create(const std::string& final_path, const CancelToken& cancel) {
+    PendingFile f;
+    f.final_ = final_path;
+    f.temp_ = final_path + ".tmp-XXXXXX";
+    OwnedFd fd(::mkostemp(f.temp_.data(), O_CLOEXEC));
+    if (fd.get() < 0) {
+      f.temp_.clear();
+      return fail(sys_error(final_path, "cannot create a temporary file", errno));
+    }
+    ::fchmod(fd.get(), 0644);
+    f.fd_ = std::move(fd);
+    f.writer_ = std::make_unique<ByteWriter>(f.fd_.get(), final_path, cancel, true);
+    return f;
+  }
+  PendingFile() = default;
+  PendingFile(PendingFile&& o) noexcept
+      : final_(std::move(o.final_)), temp_(std::move(o.temp_)), fd_(std::move(o.fd_)),
+        writer_(std::move(o.writer_)), committed_(std::exchange(o.committed_, true)) {}
+  PendingFile& operator=(PendingFile&&) = delete;
+  ~PendingFile() {
+    fd_.reset();
+    if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+  }
+
+  [[nodiscard]] ByteWriter& writer() { return *writer_; }
+
   /// Flushes the data to disk and closes the file (still under its temporary name).
   Result<void> finish() {
-    if (::fsync(fd_) != 0) return fail(sys_error(final_, "fsync failed", errno));
-    int fd = std::exchange(fd_, -1);
-    if (::close(fd) != 0) return fail(sys_error(final_, "close failed", errno));
+    if (auto r = writer_->flush(); !r) return r;
+    if (::fsync(fd_.get()) != 0) return fail(sys_error(final_, "fsync failed", errno));
+    if (fd_.close() != 0) return fail(sys_error(final_, "close failed", errno));
     return {};
   }
 
@@ -102,50 +225,195 @@ class PendingFile {
  private:
   std::string final_;
   std::string temp_;
-  int fd_ = -1;
+  OwnedFd fd_;
+  std::unique_ptr<ByteWriter> writer_;
   bool committed_ = false;
 };
 
 void sync_directory(const std::string& file_path) {
   auto dir = std::filesystem::path(file_path).parent_path();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
+  OwnedFd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) ::fsync(fd.get());
+}
+
+/// How an output path is written.
+struct Target {
+  enum class Kind { File, Stream } kind = Kind::File;
+  std::string path;  ///< File: where the file goes (symbolic links resolved); Stream: as given
+};
+
+std::string describe_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "is a directory";
+  if (S_ISSOCK(mode)) return "is a socket";
+  if (S_ISBLK(mode)) return "is a block device";
+  return "is not a regular file, FIFO or character device";
+}
+
+/// What `path` is, and so how it is written: a regular file or a new one (temporary file and
+/// rename; through symbolic links), or a FIFO or character device (a stream, in place).
+/// Everything else is refused, as are streams when `allow_stream` is false.
+Result<Target> classify_target(const std::string& path, bool allow_stream) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return Target{Target::Kind::File, path};
+    return fail(sys_error(path, "cannot inspect the output", errno));
   }
+  const bool link = S_ISLNK(st.st_mode);
+  if (link && ::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      return fail(ErrorCode::InvalidArgument,
+                  path + ": is a symbolic link to a missing file; not writing through it");
+    }
+    return fail(sys_error(path, "cannot inspect the output", errno));
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!link) return Target{Target::Kind::File, path};
+    // Replace the link's target, not the link (as root, `-o /dev/stdout` redirected to a file
+    // must not turn /dev/stdout into a regular file).
+    std::unique_ptr<char, decltype(&std::free)> resolved(::realpath(path.c_str(), nullptr), &std::free);
+    if (!resolved) return fail(sys_error(path, "cannot resolve the symbolic link", errno));
+    return Target{Target::Kind::File, resolved.get()};
+  }
+  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
+    if (!allow_stream) {
+      return fail(ErrorCode::InvalidArgument,
+                  path + ": is a " + (S_ISFIFO(st.st_mode) ? "FIFO" : "character device") +
+                      "; a sharded output (one file per shard plus an index) cannot be written to a stream");
+    }
+    return Target{Target::Kind::Stream, path};
+  }
+  return fail(ErrorCode::InvalidArgument,
+              path + ": " + describe_type(st.st_mode) +
+                  "; the output must be a regular file (or a new one), a FIFO or a character device");
+}
+
+/// Opens a FIFO or character device for writing, non-blocking (a file description of our own,
+/// so the flag affects no one else). A FIFO without a reader is waited for, checking `cancel`.
+Result<OwnedFd> open_stream(const std::string& path, const CancelToken& cancel) {
+  while (true) {
+    OwnedFd fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    if (fd.get() >= 0) return fd;
+    if (errno != ENXIO && errno != EINTR) return fail(sys_error(path, "cannot open the output", errno));
+    // ENXIO: a FIFO nobody reads yet.
+    if (cancel.cancelled()) return fail(cancelled_error(path));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+/// A descriptor to write a stream to: for a pipe, FIFO or terminal handed over by the caller,
+/// a non-blocking file description of our own onto the same object (reopened through
+/// /proc/self/fd), so that waiting for a stalled reader can be cancelled; otherwise `fd`
+/// itself (regular files and /dev/null do not block; sockets are waited on with poll).
+struct StreamFd {
+  OwnedFd owned;
+  int fd = -1;
+};
+
+StreamFd stream_descriptor(int fd) {
+  StreamFd out;
+  out.fd = fd;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_NONBLOCK) == 0 && (flags & O_APPEND) == 0) {
+      const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+      OwnedFd reopened(::open(proc.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+      struct stat again {};
+      if (reopened.get() >= 0 && ::fstat(reopened.get(), &again) == 0 && again.st_dev == st.st_dev &&
+          again.st_ino == st.st_ino) {
+        out.fd = reopened.get();
+        out.owned = std::move(reopened);
+      }
+    }
+  }
+  return out;
+}
+
+// Everything a write of one or more files needs, shared by write() and write_stream().
+struct WriteJob {
+  struct OutputFile {
+    std::string path;                       // as given (sharded: DIR/shard name)
+    std::vector<const Selection*> tensors;  // in output order
+    std::optional<Metadata> metadata;
+  };
+  std::vector<OutputFile> outputs;
+  std::map<std::string, std::string> weight_map;  // sharded only
+  std::uint64_t total_size = 0;
+  std::uint64_t total_parameters = 0;
+};
+
+WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> selection, const std::string& out,
+                      bool sharded) {
+  WriteJob job;
+  if (sharded) {
+    std::vector<std::size_t> by_source(impl.files.size(), SIZE_MAX);  // source file -> output
+    for (const auto& s : selection) {
+      std::size_t& pos = by_source[s.ref.file];
+      if (pos == SIZE_MAX) {
+        pos = job.outputs.size();
+        job.outputs.push_back({out + "/" + impl.files[s.ref.file].path, {}, impl.headers[s.ref.file].metadata});
+      }
+      job.outputs[pos].tensors.push_back(&s);
+      job.weight_map.emplace(std::string(s.ref.info->name), impl.files[s.ref.file].path);
+    }
+  } else {
+    std::optional<Metadata> metadata;
+    if (!selection.empty()) metadata = impl.headers[selection.front().ref.file].metadata;
+    job.outputs.push_back({out, {}, metadata});
+    job.outputs.back().tensors.reserve(selection.size());
+    for (const auto& s : selection) job.outputs.back().tensors.push_back(&s);
+  }
+  for (const auto& s : selection) {
+    std::uint64_t elements = 1;
+    for (auto d : s.plan.shape) elements *= d;
+    job.total_parameters += elements;
+    job.total_size += s.plan.nbytes;
+  }
+  return job;
+}
+
+// Lays out one output file and writes it (header, then every tensor's bytes) through `writer`.
+Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile& o, ByteWriter& writer,
+                        const CancelToken& cancel) {
+  auto laid = detail::layout_file_views(
+      o.tensors.size(),
+      [&](std::size_t i) {
+        const Selection* s = o.tensors[i];
+        return detail::OutputTensorView{s->ref.info->name, s->ref.info->dtype, s->plan.shape};
+      },
+      o.metadata);
+  if (!laid) return fail(laid.error().with_context(o.path));
+  FileLayout layout = std::move(*laid);
+  if (auto r = writer.append(std::as_bytes(std::span(layout.prefix))); !r) return r;
+  layout.prefix = std::string();  // up to 100 MB: not needed any more
+  std::vector<ByteRange> needed;
+  std::size_t count = 0;
+  for (const Selection* s : o.tensors) {
+    if ((++count & 1023) == 0 && cancel.cancelled()) return fail(cancelled_error(o.path));
+    const ByteRange base = impl.headers[s->ref.file].file_range(*s->ref.info);
+    needed.clear();
+    for (const auto& range : s->plan.ranges) needed.push_back(ByteRange{base.offset + range.offset, range.length});
+    auto bytes = impl.served_bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name));
+    if (!bytes) return fail(bytes.error());
+    for (const auto& range : needed) {
+      if (range.end() > bytes->size()) {
+        return fail(ErrorCode::Io, impl.files[s->ref.file].path + ": tensor " + detail::quote_name(s->ref.info->name) +
+                                       " lies beyond the file");
+      }
+      if (auto r = writer.append_mapped(bytes->subspan(range.offset, range.length)); !r) return r;
+    }
+  }
+  return writer.flush();
 }
 
 }  // namespace
 
 Result<void> Checkpoint::write(std::span<const Selection> selection, const std::string& out,
                                const WriteOptions& options) const {
-  // Group the selection by output file.
-  struct OutputFile {
-    std::string path;
-    std::vector<const Selection*> tensors;
-    std::optional<Metadata> metadata;
-  };
-  std::vector<OutputFile> outputs;
-  std::map<std::string, std::string> weight_map;
-  if (options.sharded_output) {
-    std::map<std::size_t, std::size_t> by_source;  // source file -> output position
-    for (const auto& s : selection) {
-      auto [it, inserted] = by_source.emplace(s.ref.file, outputs.size());
-      if (inserted) {
-        const auto& name = impl_->files[s.ref.file].path;
-        outputs.push_back(OutputFile{out + "/" + name, {}, impl_->headers[s.ref.file].metadata});
-      }
-      outputs[it->second].tensors.push_back(&s);
-      weight_map.emplace(std::string(s.ref.info->name), impl_->files[s.ref.file].path);
-    }
-  } else {
-    std::optional<Metadata> metadata;
-    if (!selection.empty()) metadata = impl_->headers[selection.front().ref.file].metadata;
-    outputs.push_back(OutputFile{out, {}, metadata});
-    for (const auto& s : selection) outputs.back().tensors.push_back(&s);
-  }
+  const WriteJob job = plan_outputs(*impl_, selection, out, options.sharded_output);
 
-  // Never replace a file of the checkpoint being read (e.g. `-o` naming its own directory).
+  // Where each file goes, and how. Never replace a file of the checkpoint being read (e.g. `-o`
+  // naming its own directory).
   std::vector<std::pair<dev_t, ino_t>> sources;
   auto add_source = [&](const std::string& path) {
     struct stat st {};
@@ -153,81 +421,88 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
   };
   for (std::size_t i = 0; i < impl_->files.size(); ++i) add_source(impl_->local_path(i));
   if (impl_->index) add_source(impl_->root.empty() ? impl_->index_name : impl_->root + "/" + impl_->index_name);
-  auto check_target = [&](const std::string& path) -> Result<void> {
+  auto target_of = [&](const std::string& path) -> Result<Target> {
+    auto target = classify_target(path, !options.sharded_output);
+    if (!target) return target;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) return {};
-    for (const auto& [dev, ino] : sources) {
-      if (st.st_dev == dev && st.st_ino == ino) {
-        return fail(ErrorCode::InvalidArgument,
-                    path + ": refusing to overwrite a file of the checkpoint being read; choose "
-                           "another output");
+    if (target->kind == Target::Kind::File && ::stat(target->path.c_str(), &st) == 0) {
+      for (const auto& [dev, ino] : sources) {
+        if (st.st_dev == dev && st.st_ino == ino) {
+          return fail(ErrorCode::InvalidArgument,
+                      path + ": refusing to overwrite a file of the checkpoint being read; choose "
+                             "another output");
+        }
       }
     }
-    if (S_ISDIR(st.st_mode)) return fail(ErrorCode::InvalidArgument, path + ": is a directory");
-    return {};
+    return target;
   };
-  for (const auto& o : outputs) {
-    if (auto r = check_target(o.path); !r) return r;
+  std::vector<Target> targets;
+  for (const auto& o : job.outputs) {
+    auto t = target_of(o.path);
+    if (!t) return fail(t.error());
+    targets.push_back(std::move(*t));
   }
+  std::optional<Target> index_target;
   if (options.sharded_output && impl_->index) {
-    if (auto r = check_target(out + "/" + impl_->index_name); !r) return r;
+    auto t = target_of(out + "/" + impl_->index_name);
+    if (!t) return fail(t.error());
+    index_target = std::move(*t);
+  }
+
+  // One non-sharded output that is a stream: written in place.
+  if (targets.size() == 1 && targets[0].kind == Target::Kind::Stream) {
+    auto fd = open_stream(targets[0].path, options.cancel);
+    if (!fd) return fail(fd.error());
+    ByteWriter writer(fd->get(), targets[0].path, options.cancel, false);
+    if (auto r = write_file(*impl_, job.outputs[0], writer, options.cancel); !r) return r;
+    if (fd->close() != 0) return fail(sys_error(targets[0].path, "close failed", errno));
+    return {};
   }
 
   std::vector<PendingFile> pending;
-  std::uint64_t total_size = 0, total_parameters = 0;
-  for (const auto& o : outputs) {
-    std::vector<OutputTensor> tensors;
-    tensors.reserve(o.tensors.size());
-    for (const Selection* s : o.tensors) {
-      tensors.push_back(OutputTensor{std::string(s->ref.info->name), s->ref.info->dtype, s->plan.shape});
-      std::uint64_t elements = 1;
-      for (auto d : s->plan.shape) elements *= d;
-      total_parameters += elements;
-      total_size += s->plan.nbytes;
-    }
-    auto layout = layout_file(tensors, o.metadata);
-    if (!layout) return fail(layout.error().with_context(o.path));
-
+  for (std::size_t i = 0; i < job.outputs.size(); ++i) {
+    const std::string& path = targets[i].path;
     std::error_code ec;
-    auto parent = std::filesystem::path(o.path).parent_path();
+    auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) return fail(ErrorCode::Io, parent.string() + ": cannot create directory: " + ec.message());
-
-    auto file = PendingFile::create(o.path);
+    auto file = PendingFile::create(path, options.cancel);
     if (!file) return fail(file.error());
-    if (auto r = file->write(std::as_bytes(std::span(layout->prefix))); !r) return r;
-    for (const Selection* s : o.tensors) {
-      const ByteRange base = impl_->headers[s->ref.file].file_range(*s->ref.info);
-      std::vector<ByteRange> needed;
-      for (const auto& range : s->plan.ranges) needed.push_back(ByteRange{base.offset + range.offset, range.length});
-      auto bytes = impl_->served_bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name));
-      if (!bytes) return fail(bytes.error());
-      for (const auto& range : needed) {
-        if (range.end() > bytes->size()) {
-          return fail(ErrorCode::Io, impl_->files[s->ref.file].path + ": tensor " +
-                                         detail::quote_name(s->ref.info->name) + " lies beyond the file");
-        }
-        if (auto r = file->write_dropping(bytes->subspan(range.offset, range.length)); !r) return r;
-      }
-    }
+    if (auto r = write_file(*impl_, job.outputs[i], file->writer(), options.cancel); !r) return r;
     if (auto r = file->finish(); !r) return r;
     pending.push_back(std::move(*file));
   }
-
-  if (options.sharded_output && impl_->index) {
-    std::string text = build_index_json(weight_map, total_size, total_parameters);
-    auto file = PendingFile::create(out + "/" + impl_->index_name);
+  if (index_target) {
+    std::string text = build_index_json(job.weight_map, job.total_size, job.total_parameters);
+    auto file = PendingFile::create(index_target->path, options.cancel);
     if (!file) return fail(file.error());
-    if (auto r = file->write(std::as_bytes(std::span(text))); !r) return r;
+    if (auto r = file->writer().append(std::as_bytes(std::span(text))); !r) return r;
     if (auto r = file->finish(); !r) return r;
     pending.push_back(std::move(*file));
   }
+  // The last moment a cancellation removes everything: after it, every file is renamed.
+  if (options.cancel.cancelled()) return fail(cancelled_error(out));
   // Shards first, the index last.
   for (auto& f : pending) {
     if (auto r = f.commit(); !r) return r;
   }
   for (const auto& f : pending) sync_directory(f.final_path());
   return {};
+}
+
+Result<void> Checkpoint::write_stream(std::span<const Selection> selection, int fd,
+                                      const WriteOptions& options) const {
+  if (options.sharded_output) {
+    return fail(ErrorCode::InvalidArgument,
+                "a sharded output (one file per shard plus an index) cannot be written to a stream");
+  }
+  if (fd < 0) return fail(ErrorCode::InvalidArgument, "write_stream: invalid file descriptor " + std::to_string(fd));
+  const std::string what = "output stream (descriptor " + std::to_string(fd) + ")";
+  const WriteJob job = plan_outputs(*impl_, selection, what, false);
+  StreamFd stream = stream_descriptor(fd);
+  // Also a regular file is written as a stream here: at its offset, no rename, no fsync.
+  ByteWriter writer(stream.fd, what, options.cancel, false);
+  return write_file(*impl_, job.outputs[0], writer, options.cancel);
 }
 
 }  // namespace tensorfetch

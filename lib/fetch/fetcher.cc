@@ -123,6 +123,10 @@ struct State {
       : files(f), settings(s), committer(s.commit_bytes, s.commit_interval_ms) {}
 
   Result<void> report(bool force) {
+    if (settings.http.cancel.cancelled()) {
+      cancelled = true;
+      return fail(ErrorCode::Cancelled, "cancelled by the caller");
+    }
     if (!settings.progress) return {};
     const auto now = Clock::now();
     if (!force && now - last_report < std::chrono::milliseconds(100)) return {};
@@ -329,7 +333,10 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
     };
     auto results = client.perform(reqs, on_done);
     (void)results;
-    if (state.cancelled) note_error(Error{ErrorCode::Cancelled, "cancelled by the caller"});
+    // The client stops by itself when the token is cancelled (results it did not report).
+    if (state.cancelled || settings.http.cancel.cancelled()) {
+      note_error(Error{ErrorCode::Cancelled, "cancelled by the caller"});
+    }
     if (error) break;
     std::vector<std::size_t> next;
     std::map<std::size_t, bool> resolved;

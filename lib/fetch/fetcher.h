@@ -34,7 +34,7 @@ struct FetchFile {
 
 /// How to fetch.
 struct FetchSettings {
-  HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS
+  HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS, cancel
   std::string token;                 ///< bearer token (re-resolves only, to `token_authority`)
   std::string token_authority;       ///< scheme://host[:port] allowed to receive the token
   std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size

@@ -1,9 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // Strict safetensors header parsing. Every refusal names the rule, the tensor and its
 // offsets. No I/O.
+//
+// The header is read with simdjson's On-Demand API in one forward pass, straight into the
+// header's arena: no document tree is built (a DOM of a 100 MB header costs about three times
+// the text), so the memory of a parse is the text, simdjson's structural index (4 bytes per
+// token) and the tensors themselves. Strictness does not rely on a tree either: every value is
+// read or walked completely (`validate_value`), so malformed JSON anywhere is refused, and a
+// value of the wrong type is first checked to be well-formed JSON, so that the error code says
+// which rule was broken.
 #include <algorithm>
 #include <cstring>
+#include <memory_resource>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "format/huge_pages.h"
 #include "format/json_internal.h"
@@ -13,6 +24,7 @@
 namespace tensorfetch {
 
 using detail::quote_name;
+namespace od = simdjson::ondemand;
 
 namespace {
 std::string offsets_text(std::uint64_t begin, std::uint64_t end) {
@@ -28,8 +40,26 @@ std::uint64_t TensorInfo::num_elements() const noexcept {
 
 struct Header::Storage {
   detail::HugePageArena arena{64 << 10};  // declared first: destroyed last
+  // Names and shapes: bump-allocated, released together (through the arena's deallocate, which
+  // under AddressSanitizer frees each block).
+  std::pmr::monotonic_buffer_resource pool{64 << 10, &arena};
   std::pmr::vector<TensorInfo> tensors{&arena};
   detail::NameIndex by_name{&arena};
+
+  // A copy of `name`, NUL-terminated, in the pool.
+  std::string_view keep(std::string_view name) {
+    auto* p = static_cast<char*>(pool.allocate(name.size() + 1, 1));
+    if (!name.empty()) std::memcpy(p, name.data(), name.size());
+    p[name.size()] = '\0';
+    return {p, name.size()};
+  }
+  // A copy of `dims` in the pool.
+  std::span<const std::uint64_t> keep(std::span<const std::uint64_t> dims) {
+    if (dims.empty()) return {};
+    auto* p = static_cast<std::uint64_t*>(pool.allocate(dims.size_bytes(), alignof(std::uint64_t)));
+    std::memcpy(p, dims.data(), dims.size_bytes());
+    return {p, dims.size()};
+  }
 };
 
 Header::Header() : storage_(std::make_unique<Storage>()) {}
@@ -37,14 +67,19 @@ Header::Header(Header&&) noexcept = default;
 Header& Header::operator=(Header&&) noexcept = default;
 Header::~Header() = default;
 
-const std::pmr::vector<TensorInfo>& Header::tensors() const noexcept {
-  static const std::pmr::vector<TensorInfo> kEmpty;
-  return storage_ ? storage_->tensors : kEmpty;
+std::span<const TensorInfo> Header::tensors() const noexcept {
+  if (!storage_) return {};
+  return storage_->tensors;
 }
 
-Result<void> Header::set_tensors(std::pmr::vector<TensorInfo> tensors) {
-  if (!storage_) storage_ = std::make_unique<Storage>();
-  storage_->tensors = std::move(tensors);
+Result<void> Header::set_tensors(std::span<const TensorInfo> tensors) {
+  // A fresh storage: the old names and shapes go with the old one.
+  storage_ = std::make_unique<Storage>();
+  auto& kept = storage_->tensors;
+  kept.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    kept.push_back(TensorInfo{storage_->keep(t.name), t.dtype, storage_->keep(t.shape), t.begin, t.end});
+  }
   return index_tensors();
 }
 
@@ -108,48 +143,262 @@ std::string describe(const TensorInfo& t) {
   return "tensor " + quote_name(t.name) + " (" + offsets_text(t.begin, t.end) + ")";
 }
 
-Result<Metadata> parse_metadata(simdjson::dom::element value) {
-  auto obj = value.get_object();
-  if (obj.error()) {
-    return fail(ErrorCode::InvalidMetadata,
-                "__metadata__ must be an object of strings or null, got " +
-                    detail::excerpt(value));
-  }
-  if (auto r = detail::check_no_duplicate_keys(value, "__metadata__"); !r) return fail(r.error());
-  Metadata out;
-  for (auto field : obj.value_unsafe()) {
-    std::string_view text;
-    if (field.value.get_string().get(text)) {
-      return fail(ErrorCode::InvalidMetadata, "__metadata__ value for key " + quote_name(field.key) +
-                                                  " must be a string, got " +
-                                                  detail::excerpt(field.value));
+// A type mismatch on a well-formed value, as opposed to malformed JSON.
+bool is_type_error(simdjson::error_code e) {
+  return e == simdjson::INCORRECT_TYPE || e == simdjson::NUMBER_OUT_OF_RANGE;
+}
+
+// The state of one parse: the document being read, where its text lies.
+struct Reader {
+  od::document& doc;
+  const char* text;  // the header's first byte
+  std::size_t size;  // header bytes
+
+  // Malformed JSON: the simdjson error, and where reading stopped.
+  Error json_error(simdjson::error_code e) {
+    std::string msg = "header is not valid JSON: " + std::string(simdjson::error_message(e));
+    const char* at = nullptr;
+    if (!doc.current_location().get(at) && at >= text && at <= text + size) {
+      msg += " (near byte " + std::to_string(kPrefixSize + static_cast<std::size_t>(at - text)) + " of the file)";
     }
-    out.emplace(std::string(field.key), std::string(text));
+    return Error{ErrorCode::HeaderJson, std::move(msg)};
+  }
+
+  // Where reading is now (the next token), or `fallback` when simdjson cannot say.
+  const char* location(const char* fallback) {
+    const char* at = nullptr;
+    if (doc.current_location().get(at) || at < text || at > text + size) return fallback;
+    return at;
+  }
+
+  // The text from `start` to where reading is now, for messages: trailing spaces dropped,
+  // control characters escaped, at most ~60 characters.
+  std::string excerpt(const char* start) {
+    const char* end = location(start);
+    std::string_view raw(start, static_cast<std::size_t>(std::max(end, start) - start));
+    while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t')) {
+      raw.remove_suffix(1);
+    }
+    constexpr std::size_t kMax = 60;
+    std::string text(raw.substr(0, kMax));
+    if (raw.size() > kMax) text += "...";
+    std::string out = quote_name(text);
+    out.front() = '`';
+    out.back() = '`';
+    return out;
+  }
+};
+
+Result<void> validate_value(Reader& rd, od::value value, std::string_view where);
+
+// Refuses a key seen before in the same object. Small objects compare linearly; big ones hash.
+class KeySet {
+ public:
+  bool insert(std::string_view key) {
+    if (!big_.empty() || small_.size() >= 16) {
+      if (big_.empty()) big_.insert(small_.begin(), small_.end());
+      return big_.insert(key).second;
+    }
+    if (std::find(small_.begin(), small_.end(), key) != small_.end()) return false;
+    small_.push_back(key);
+    return true;
+  }
+
+ private:
+  std::vector<std::string_view> small_;  // views into simdjson's string buffer (valid while it parses)
+  std::unordered_set<std::string_view> big_;
+};
+
+// Walks `value` completely: every string unescaped, every number and literal parsed, every
+// object checked for duplicate keys (named with `where`). Malformed JSON is HeaderJson.
+Result<void> validate_value(Reader& rd, od::value value, std::string_view where) {
+  od::json_type type{};
+  if (auto e = value.type().get(type)) return fail(rd.json_error(e));
+  switch (type) {
+    case od::json_type::object: {
+      od::object obj;
+      if (auto e = value.get_object().get(obj)) return fail(rd.json_error(e));
+      KeySet keys;
+      for (auto field_result : obj) {
+        od::field field;
+        if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
+        std::string_view key;
+        if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+        if (!keys.insert(key)) {
+          return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + std::string(where));
+        }
+        if (auto r = validate_value(rd, field.value(), where); !r) return r;
+      }
+      return {};
+    }
+    case od::json_type::array: {
+      od::array arr;
+      if (auto e = value.get_array().get(arr)) return fail(rd.json_error(e));
+      for (auto item_result : arr) {
+        od::value item;
+        if (auto e = std::move(item_result).get(item)) return fail(rd.json_error(e));
+        if (auto r = validate_value(rd, item, where); !r) return r;
+      }
+      return {};
+    }
+    case od::json_type::string: {
+      std::string_view s;
+      if (auto e = value.get_string().get(s)) return fail(rd.json_error(e));
+      return {};
+    }
+    case od::json_type::number: {
+      double d = 0;
+      if (auto e = value.get_double().get(d)) return fail(rd.json_error(e));
+      return {};
+    }
+    case od::json_type::boolean: {
+      bool b = false;
+      if (auto e = value.get_bool().get(b)) return fail(rd.json_error(e));
+      return {};
+    }
+    case od::json_type::null: {
+      bool is_null = false;
+      if (auto e = value.is_null().get(is_null)) return fail(rd.json_error(e));
+      if (!is_null) return fail(rd.json_error(simdjson::N_ATOM_ERROR));
+      return {};
+    }
+  }
+  return fail(rd.json_error(simdjson::TAPE_ERROR));
+}
+
+// A value of the wrong type: checks it is well-formed JSON (else HeaderJson), then returns
+// the excerpt of its text for the caller's message.
+Result<std::string> wrong_value(Reader& rd, od::value value, std::string_view where) {
+  const char* start = value.raw_json_token().data();
+  if (auto r = validate_value(rd, value, where); !r) return fail(r.error());
+  return rd.excerpt(start);
+}
+
+Result<Metadata> parse_metadata(Reader& rd, od::value value) {
+  const char* start = value.raw_json_token().data();
+  od::object obj;
+  if (auto e = value.get_object().get(obj)) {
+    if (!is_type_error(e)) return fail(rd.json_error(e));
+    if (auto r = validate_value(rd, value, "__metadata__"); !r) return fail(r.error());
+    return fail(ErrorCode::InvalidMetadata,
+                "__metadata__ must be an object of strings or null, got " + rd.excerpt(start));
+  }
+  Metadata out;
+  for (auto field_result : obj) {
+    od::field field;
+    if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+    std::string k(key);  // the next unescape may reuse simdjson's buffer
+    std::string_view text;
+    if (auto e = field.value().get_string().get(text)) {
+      if (!is_type_error(e)) return fail(rd.json_error(e));
+      auto got = wrong_value(rd, field.value(), "__metadata__");
+      if (!got) return fail(got.error());
+      return fail(ErrorCode::InvalidMetadata,
+                  "__metadata__ value for key " + quote_name(k) + " must be a string, got " + *got);
+    }
+    if (!out.emplace(std::move(k), std::string(text)).second) {
+      return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in __metadata__");
+    }
   }
   return out;
 }
 
-// Parses one tensor entry into `t` (whose name is already set).
-Result<void> parse_entry(simdjson::dom::element value, TensorInfo& t) {
-  auto fail_entry = [&](ErrorCode code, const std::string& what) {
-    return fail(code, "tensor " + quote_name(t.name) + ": " + what);
-  };
-  simdjson::dom::object obj;
-  if (value.get_object().get(obj)) {
-    return fail_entry(ErrorCode::InvalidEntry,
-                      "entry must be an object, got " + detail::excerpt(value));
+// What a shape or data_offsets array held: its integers, or why it is not an array of
+// non-negative integers (excerpt set; `negative_zero` when a `-0` was the reason).
+struct UintArray {
+  bool ok = true;
+  bool negative_zero = false;
+  std::string excerpt;
+};
+
+// Reads an array of non-negative integers into `out` (cleared first), walking it to its end
+// even after a bad element, so that malformed JSON anywhere in it is still HeaderJson.
+Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view tensor, std::vector<std::uint64_t>& out) {
+  // Messages only: built when something is wrong, not for every tensor.
+  auto where = [&] { return "tensor " + quote_name(tensor); };
+  out.clear();
+  UintArray result;
+  const char* start = value.raw_json_token().data();
+  od::array arr;
+  if (auto e = value.get_array().get(arr)) {
+    if (!is_type_error(e)) return fail(rd.json_error(e));
+    auto got = wrong_value(rd, value, where());
+    if (!got) return fail(got.error());
+    result.ok = false;
+    result.excerpt = std::move(*got);
+    return result;
   }
-  bool have_dtype = false, have_shape = false, have_offsets = false, has_unknown = false;
-  std::uint64_t offsets[2] = {0, 0};
-  for (auto field : obj) {
-    const std::string_view key = field.key;
+  for (auto item_result : arr) {
+    od::value item;
+    if (auto e = std::move(item_result).get(item)) return fail(rd.json_error(e));
+    if (result.ok) {
+      // `-0` is an integer to simdjson (and would read as 0), but the reference parser refuses
+      // it, as it does any sign: look at the token itself.
+      const std::string_view token = item.raw_json_token();
+      std::uint64_t d = 0;
+      if (!token.empty() && token.front() == '-') {
+        result.ok = false;
+        result.negative_zero = token.size() >= 2 && token[1] == '0' &&
+                               (token.size() == 2 || token[2] == ' ' || token[2] == ',' || token[2] == ']' ||
+                                token[2] == '\n' || token[2] == '\r' || token[2] == '\t');
+      } else if (auto e = item.get_uint64().get(d)) {
+        if (!is_type_error(e)) return fail(rd.json_error(e));
+        result.ok = false;
+      } else {
+        out.push_back(d);
+        continue;
+      }
+    }
+    if (auto r = validate_value(rd, item, where()); !r) return fail(r.error());
+  }
+  if (!result.ok) result.excerpt = rd.excerpt(start);
+  return result;
+}
+
+// Parses one tensor entry into `t` (whose name is already set); `dims` is scratch space for
+// the shape, which the caller stores, `offsets` for data_offsets.
+Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector<std::uint64_t>& dims,
+                         std::vector<std::uint64_t>& offsets) {
+  // Messages only: built when something is wrong, not for every tensor.
+  auto where = [&] { return "tensor " + quote_name(t.name); };
+  auto fail_entry = [&](ErrorCode code, const std::string& what) { return fail(code, where() + ": " + what); };
+  const char* start = value.raw_json_token().data();
+  od::object obj;
+  if (auto e = value.get_object().get(obj)) {
+    if (!is_type_error(e)) return fail(rd.json_error(e));
+    if (auto r = validate_value(rd, value, where()); !r) return r;
+    return fail_entry(ErrorCode::InvalidEntry, "entry must be an object, got " + rd.excerpt(start));
+  }
+  bool have_dtype = false, have_shape = false, have_offsets = false;
+  std::vector<std::string> unknown;  // other keys, checked for repeats (rare: copies are fine)
+  for (auto field_result : obj) {
+    od::field field;
+    if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
+    // The three known keys are recognized in the raw text (no copy into simdjson's string
+    // buffer: for a million tensors that is 25 MB); anything else, including a known key
+    // written with escapes, is unescaped and compared.
+    std::string_view key;
+    const od::raw_json_string raw = field.key();
+    if (raw.unsafe_is_equal("dtype")) {
+      key = "dtype";
+    } else if (raw.unsafe_is_equal("shape")) {
+      key = "shape";
+    } else if (raw.unsafe_is_equal("data_offsets")) {
+      key = "data_offsets";
+    } else if (auto e = field.unescaped_key().get(key)) {
+      return fail(rd.json_error(e));
+    }
     if (key == "dtype") {
       if (have_dtype) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'dtype'");
       have_dtype = true;
       std::string_view name;
-      if (field.value.get_string().get(name)) {
-        return fail_entry(ErrorCode::InvalidDtype,
-                          "dtype must be a string, got " + detail::excerpt(field.value));
+      if (auto e = field.value().get_string().get(name)) {
+        if (!is_type_error(e)) return fail(rd.json_error(e));
+        auto got = wrong_value(rd, field.value(), where());
+        if (!got) return fail(got.error());
+        return fail_entry(ErrorCode::InvalidDtype, "dtype must be a string, got " + *got);
       }
       auto dt = parse_dtype(name);
       if (!dt) return fail_entry(ErrorCode::InvalidDtype, "unknown dtype " + quote_name(name));
@@ -157,47 +406,36 @@ Result<void> parse_entry(simdjson::dom::element value, TensorInfo& t) {
     } else if (key == "shape") {
       if (have_shape) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'shape'");
       have_shape = true;
-      simdjson::dom::array arr;
-      if (field.value.get_array().get(arr)) {
+      auto got = read_uints(rd, field.value(), t.name, dims);
+      if (!got) return fail(got.error());
+      if (got->negative_zero) {
         return fail_entry(ErrorCode::InvalidShape,
-                          "shape must be an array, got " + detail::excerpt(field.value));
+                          "'-0' in shape " + got->excerpt + "; it must hold non-negative integers without a sign");
       }
-      t.shape.reserve(arr.size());
-      for (auto dim : arr) {
-        std::uint64_t d = 0;
-        if (!detail::get_uint(dim, d)) {
-          return fail_entry(ErrorCode::InvalidShape,
-                            "shape must hold non-negative integers, got " +
-                                detail::excerpt(field.value));
-        }
-        t.shape.push_back(d);
+      if (!got->ok) {
+        return fail_entry(ErrorCode::InvalidShape, "shape must hold non-negative integers, got " + got->excerpt);
       }
     } else if (key == "data_offsets") {
       if (have_offsets) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'data_offsets'");
       have_offsets = true;
-      simdjson::dom::array arr;
-      std::size_t count = 0;
-      bool ok = !field.value.get_array().get(arr);
-      if (ok) {
-        for (auto v : arr) {
-          if (count >= 2 || !detail::get_uint(v, offsets[count])) {
-            ok = false;
-            break;
-          }
-          ++count;
-        }
+      auto got = read_uints(rd, field.value(), t.name, offsets);
+      if (!got) return fail(got.error());
+      if (got->negative_zero) {
+        return fail_entry(ErrorCode::InvalidOffsets, "'-0' in data_offsets " + got->excerpt +
+                                                         "; they must be non-negative integers without a sign");
       }
-      if (!ok || count != 2) {
+      if (!got->ok || offsets.size() != 2) {
         return fail_entry(ErrorCode::InvalidOffsets,
-                          "data_offsets must be exactly two non-negative integers, got " +
-                              detail::excerpt(field.value));
+                          "data_offsets must be exactly two non-negative integers, got " + got->excerpt);
       }
     } else {
-      has_unknown = true;  // ignored, but checked below for duplicate keys
+      // Ignored, but well-formed and without repeated keys, here or nested.
+      if (std::find(unknown.begin(), unknown.end(), key) != unknown.end()) {
+        return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + where());
+      }
+      unknown.emplace_back(key);
+      if (auto r = validate_value(rd, field.value(), where()); !r) return r;
     }
-  }
-  if (has_unknown) {
-    if (auto r = detail::check_no_duplicate_keys(value, "tensor " + quote_name(t.name)); !r) return r;
   }
   if (!have_dtype) return fail_entry(ErrorCode::InvalidEntry, "missing 'dtype'");
   if (!have_shape) return fail_entry(ErrorCode::InvalidEntry, "missing 'shape'");
@@ -209,7 +447,7 @@ Result<void> parse_entry(simdjson::dom::element value, TensorInfo& t) {
   }
   // elements x bits must be whole bytes and equal 8 x (end - begin); no overflow.
   std::uint64_t elements = 1;
-  for (auto d : t.shape) {
+  for (auto d : dims) {
     if (__builtin_mul_overflow(elements, d, &elements)) {
       return fail(ErrorCode::Overflow, describe(t) + ": element count of the shape overflows 64 bits");
     }
@@ -234,48 +472,18 @@ Result<void> parse_entry(simdjson::dom::element value, TensorInfo& t) {
   return {};
 }
 
-// `-0` is an integer token with value 0 to simdjson's DOM, but the reference parser reads it as
-// a float and refuses it in shape and data_offsets; so do we. The DOM keeps no token text, so
-// when the header contains "-0" at all (rare), the on-demand API, which does, re-reads those
-// fields. Returns the tensor whose shape or data_offsets holds a `-` token.
-std::optional<std::string> tensor_with_negative_zero(std::span<const std::byte> bytes) {
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  if (text.find("-0") == std::string_view::npos) return std::nullopt;
-  simdjson::padded_string padded(text);
-  simdjson::ondemand::parser parser;
-  simdjson::ondemand::document doc;
-  simdjson::ondemand::object root;
-  if (parser.iterate(padded).get(doc) || doc.get_object().get(root)) return std::nullopt;
-  for (auto field : root) {
-    std::string_view name;
-    if (field.unescaped_key().get(name)) return std::nullopt;
-    std::string tensor(name);
-    simdjson::ondemand::object entry;
-    if (field.value().get_object().get(entry)) continue;  // __metadata__ or already refused
-    for (auto member : entry) {
-      std::string_view key;
-      if (member.unescaped_key().get(key)) return std::nullopt;
-      if (key != "shape" && key != "data_offsets") continue;
-      simdjson::ondemand::array arr;
-      if (member.value().get_array().get(arr)) continue;
-      for (auto v : arr) {
-        std::string_view raw;
-        if (v.raw_json_token().get(raw)) return std::nullopt;
-        if (!raw.empty() && raw.front() == '-') return tensor;
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 bool by_offsets(const TensorInfo& a, const TensorInfo& b) {
   return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
 }
 
 }  // namespace
 
+// Headers this large release the parser's buffers once read (see HeaderParser::parse).
+constexpr std::uint64_t kKeepBuffersBelow = std::uint64_t{16} << 20;
+
 struct HeaderParser::Impl {
-  detail::JsonParser json;
+  od::parser parser;
+  detail::HugeBuffer padded;  // a padded copy of the input, when it cannot be parsed in place
 };
 
 HeaderParser::HeaderParser() : impl_(std::make_unique<Impl>()) {}
@@ -311,46 +519,81 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
                 "bytes are refused");
   }
   if (!impl_) impl_ = std::make_unique<Impl>();  // moved-from parsers stay usable
-  auto doc = impl_->json.parse(header_bytes, ErrorCode::HeaderJson, "header", readable_after);
-  if (!doc) return fail(doc.error());
-  simdjson::dom::object root;
-  if (doc->get_object().get(root)) {
-    return fail(ErrorCode::HeaderJson, "header must be a JSON object");
+  // In place when simdjson's padding is readable after the header, else a padded copy.
+  const std::byte* input = header_bytes.data();
+  if (readable_after < simdjson::SIMDJSON_PADDING) {
+    if (impl_->padded.size() < n + simdjson::SIMDJSON_PADDING) {
+      impl_->padded = detail::HugeBuffer(n + simdjson::SIMDJSON_PADDING);
+    }
+    std::memcpy(impl_->padded.data(), header_bytes.data(), n);
+    std::memset(impl_->padded.data() + n, ' ', simdjson::SIMDJSON_PADDING);
+    input = impl_->padded.data();
   }
+  const char* text = reinterpret_cast<const char*>(input);
+  od::document doc;
+  if (auto e = impl_->parser.iterate(text, n, n + simdjson::SIMDJSON_PADDING).get(doc)) {
+    return fail(ErrorCode::HeaderJson, "header is not valid JSON: " + std::string(simdjson::error_message(e)));
+  }
+  Reader rd{doc, text, n};
+  od::object root;
+  if (auto e = doc.get_object().get(root)) {
+    if (is_type_error(e)) return fail(ErrorCode::HeaderJson, "header must be a JSON object");
+    return fail(rd.json_error(e));
+  }
+  // Room for as many entries as the text can hold (the shortest valid entry,
+  // `"":{"dtype":"U8","shape":[],"data_offsets":[0,0]}`, is 49 bytes), so the vector never
+  // moves; the arena maps it lazily, so only what is filled becomes resident. (Counting the
+  // fields first would cost a second pass over the text.)
+  const std::size_t fields = static_cast<std::size_t>(n / 49 + 1);
 
   Header header;
   header.header_size = n;
   header.data_size = file_size - kPrefixSize - n;
-  auto& tensors = header.storage_->tensors;
-  std::pmr::memory_resource* arena = &header.storage_->arena;
-  tensors.reserve(root.size());
+  Header::Storage& storage = *header.storage_;
+  auto& tensors = storage.tensors;
+  tensors.reserve(fields);
   bool have_metadata = false;
-  for (auto field : root) {
-    if (field.key == "__metadata__") {
+  std::vector<std::uint64_t> dims, offsets;
+  for (auto field_result : root) {
+    od::field field;
+    if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
+    std::string_view key;
+    if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+    if (key == "__metadata__") {
       if (have_metadata) {
         return fail(ErrorCode::DuplicateKey, "duplicate key '__metadata__' in the header");
       }
       have_metadata = true;
-      if (field.value.is_null()) continue;
-      auto md = parse_metadata(field.value);
+      bool is_null = false;
+      if (auto e = field.value().is_null().get(is_null)) return fail(rd.json_error(e));
+      if (is_null) continue;
+      auto md = parse_metadata(rd, field.value());
       if (!md) return fail(md.error());
       header.metadata = std::move(*md);
       continue;
     }
-    // TensorInfo is not allocator-aware: give its containers the arena explicitly.
-    TensorInfo& t = tensors.emplace_back(TensorInfo{std::pmr::string(field.key, arena),
-                                                    DType::U8, std::pmr::vector<std::uint64_t>(arena),
-                                                    0, 0});
-    if (auto r = parse_entry(field.value, t); !r) return fail(r.error());
+    TensorInfo& t = tensors.emplace_back();
+    t.name = storage.keep(key);
+    if (auto r = parse_entry(rd, field.value(), t, dims, offsets); !r) return fail(r.error());
+    t.shape = storage.keep(dims);
   }
+  // Past the root object there must be no token left (simdjson 3.0 has no document::at_end:
+  // current_location() is OUT_OF_BOUNDS exactly at the end).
+  if (const char* trailing = nullptr; !doc.current_location().get(trailing)) {
+    return fail(ErrorCode::HeaderJson,
+                "header is not valid JSON: " + std::string(simdjson::error_message(simdjson::TRAILING_CONTENT)) +
+                    " at byte " + std::to_string(kPrefixSize + static_cast<std::size_t>(trailing - text)) +
+                    " of the file; only spaces may follow the JSON object");
+  }
+
+  // The text has been read. simdjson's buffers (4 bytes per token, plus the unescaped
+  // strings) are kept for the next parse, which is what makes many shards cheap, unless they
+  // are large: then they go now, before the name index is built, to keep the peak down.
+  if (n >= kKeepBuffersBelow) impl_->parser = od::parser{};
+  if (impl_->padded.size() >= kKeepBuffersBelow) impl_->padded = detail::HugeBuffer();
 
   if (!std::is_sorted(tensors.begin(), tensors.end(), by_offsets)) {
     std::sort(tensors.begin(), tensors.end(), by_offsets);
-  }
-  if (auto name = tensor_with_negative_zero(header_bytes)) {
-    return fail(ErrorCode::InvalidShape, "tensor " + quote_name(*name) +
-                                             ": '-0' in shape or data_offsets; they must be "
-                                             "non-negative integers without a sign");
   }
   // Names first: a repeated entry is a duplicate key before it is an overlap.
   if (auto r = header.index_tensors(); !r) return fail(r.error());

@@ -659,6 +659,7 @@ struct HttpClient::Impl {
             break;
         }
       }
+      if (options.cancel.cancelled()) cancelled = true;
       if (cancelled) {
         for (auto& t : transfers) {
           if (t.easy) {
@@ -671,7 +672,7 @@ struct HttpClient::Impl {
         break;
       }
       if (active == 0 && ready.empty() && waiting.empty()) break;
-      long timeout_ms = 1000;
+      long timeout_ms = options.cancel.cancellable() ? 100 : 1000;
       if (!ready.empty() && active < options.max_parallel) timeout_ms = 0;
       for (auto i : waiting) {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(transfers[i].due - Clock::now()).count();

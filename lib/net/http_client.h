@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tensorfetch/byte_range.hpp"
+#include "tensorfetch/cancel.hpp"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
@@ -36,6 +37,9 @@ struct HttpOptions {
   long retry_after_max_ms = 120'000;   ///< a server asking to wait longer than this: give up
   std::string ca_file;                 ///< CA bundle (`--cacert`, CURL_CA_BUNDLE); empty: system
   std::string user_agent = "tensorfetch";
+  /// When cancelled, `perform` stops every request within about 100 ms (they fail with
+  /// `Cancelled`); a cancellable token also shortens the wait between polls to 100 ms.
+  CancelToken cancel;
 };
 
 /// Response headers: lower-case names; a repeated header keeps its last value.

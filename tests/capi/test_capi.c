@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -2025,6 +2026,144 @@ static void test_remote_token_injection(const char* endpoint) {
   free(cache);
 }
 
+/* ---- cancellation (tf_cancel_token, tf_cancel) ------------------------------------------- */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* The token on its own, and a tf_open given a token that is already cancelled. */
+static void test_cancel_token(const char* ref) {
+  char* single = path_join(ref, "llama-tiny-single");
+  tf_cancel_token* token = tf_cancel_token_new();
+  tf_open_options options;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  REQUIRE(token != NULL);
+  CHECK(tf_cancel_token_cancelled(token) == 0);
+  CHECK(tf_cancel_token_cancelled(NULL) == 0);
+  tf_cancel_token_cancel(NULL);
+  tf_cancel_token_reset(NULL);
+  tf_cancel_token_free(NULL);
+  tf_open_options_init(&options);
+  CHECK(options.cancel == NULL);
+  options.cancel = token;
+  CHECK_CODE(tf_open(single, &options, &ckpt, &err), TF_OK, err);
+  tf_close(ckpt);
+  ckpt = NULL;
+  tf_cancel_token_cancel(token);
+  CHECK(tf_cancel_token_cancelled(token) == 1);
+  CHECK_CODE(tf_open(single, &options, &ckpt, &err), TF_ERR_CANCELLED, err);
+  CHECK(ckpt == NULL);
+  CHECK(tf_code_exit_code(tf_error_code(err)) == 1);
+  tf_error_free(err);
+  err = NULL;
+  tf_cancel_token_reset(token);
+  CHECK(tf_cancel_token_cancelled(token) == 0);
+  CHECK_CODE(tf_open(single, &options, &ckpt, &err), TF_OK, err);
+  tf_close(ckpt);
+  tf_cancel_token_free(token);
+  free(single);
+}
+
+/* GETs `endpoint`/_admin/set?`query` (a switch of the test server). */
+static void server_switch(const char* endpoint, const char* query) {
+  char url[512];
+  CURL* curl = curl_easy_init();
+  long status = 0;
+  REQUIRE(curl != NULL);
+  snprintf(url, sizeof url, "%s/_admin/set?%s", endpoint, query);
+  curl_easy_setopt(curl, CURLOPT_URL, url);
+  curl_easy_setopt(curl, CURLOPT_NOBODY, 0L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, NULL);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, stderr);
+  CHECK(curl_easy_perform(curl) == CURLE_OK);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  CHECK(status == 200);
+  curl_easy_cleanup(curl);
+}
+
+struct delayed_cancel {
+  tf_cancel_token* token; /* cancels this, */
+  tf_checkpoint* ckpt;    /* or else tf_cancel(ckpt) */
+  int delay_ms;
+  double at_ms; /* when it cancelled */
+};
+
+static void* cancel_later(void* arg) {
+  struct delayed_cancel* d = arg;
+  struct timespec ts = {d->delay_ms / 1000, (long)(d->delay_ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+  d->at_ms = now_ms();
+  if (d->token != NULL) {
+    tf_cancel_token_cancel(d->token);
+  } else {
+    tf_cancel(d->ckpt);
+  }
+  return NULL;
+}
+
+/* A server that stops sending: tf_open (through a tf_cancel_token) and tf_fetch (through
+ * tf_cancel) return TF_ERR_CANCELLED well within a second of the cancel, long before the stall
+ * timeout (30 s by default). */
+static void test_remote_cancel_stalled(const char* endpoint, const char* repo) {
+  char* cache = path_join(g_tmp, "cache-cancel");
+  char location[512];
+  tf_open_options options;
+  tf_checkpoint* ckpt = NULL;
+  tf_error* err = NULL;
+  pthread_t thread;
+  struct delayed_cancel d;
+  tf_code code;
+  double took;
+  const char* all[] = {"*"};
+  snprintf(location, sizeof location, "hf://%s", repo);
+
+  /* Every CDN response stalls before its first byte: the open's header read. */
+  server_switch(endpoint, "stall_after=0&n=-1&match=/cdn/&stall_ms=4000");
+  remote_options(&options, endpoint, cache);
+  options.cancel = tf_cancel_token_new();
+  REQUIRE(options.cancel != NULL);
+  memset(&d, 0, sizeof d);
+  d.token = options.cancel;
+  d.delay_ms = 300;
+  REQUIRE(pthread_create(&thread, NULL, cancel_later, &d) == 0);
+  code = tf_open(location, &options, &ckpt, &err);
+  took = now_ms() - d.at_ms;
+  pthread_join(thread, NULL);
+  CHECK_CODE(code, TF_ERR_CANCELLED, err);
+  CHECK(ckpt == NULL);
+  if (!CHECK(took < 500.0)) fprintf(stderr, "  tf_open returned %.0f ms after the cancel\n", took);
+  tf_error_free(err);
+  err = NULL;
+  tf_cancel_token_free(options.cancel);
+  options.cancel = NULL;
+
+  /* Open normally, then stall the tensor transfers and tf_cancel from another thread. */
+  server_switch(endpoint, "reset=1");
+  CHECK_CODE(tf_open(location, &options, &ckpt, &err), TF_OK, err);
+  REQUIRE(ckpt != NULL);
+  server_switch(endpoint, "stall_after=0&n=-1&match=/cdn/&stall_ms=4000");
+  memset(&d, 0, sizeof d);
+  d.ckpt = ckpt;
+  d.delay_ms = 300;
+  REQUIRE(pthread_create(&thread, NULL, cancel_later, &d) == 0);
+  code = tf_fetch(ckpt, all, 1, NULL, NULL, &err);
+  took = now_ms() - d.at_ms;
+  pthread_join(thread, NULL);
+  CHECK_CODE(code, TF_ERR_CANCELLED, err);
+  if (!CHECK(took < 500.0)) fprintf(stderr, "  tf_fetch returned %.0f ms after tf_cancel\n", took);
+  tf_error_free(err);
+  err = NULL;
+  /* The cancel was consumed: with the server answering again, the next fetch completes. */
+  server_switch(endpoint, "reset=1");
+  CHECK_CODE(tf_fetch(ckpt, all, 1, NULL, NULL, &err), TF_OK, err);
+  tf_close(ckpt);
+  free(cache);
+}
+
 /* ---- main -------------------------------------------------------------------------------- */
 
 int main(int argc, char** argv) {
@@ -2043,6 +2182,7 @@ int main(int argc, char** argv) {
     test_reference(ref);
     test_generated();
     test_errors();
+    test_cancel_token(ref);
   } else if (strcmp(mode, "remote") == 0) {
     char* root = path_join(g_tmp, "root");
     char* ref_repo = path_join(root, "ref/tiny-sharded");
@@ -2072,6 +2212,7 @@ int main(int argc, char** argv) {
     test_remote_publish(endpoint, ref_repo, manifest);
     test_remote_errors(endpoint);
     test_remote_token_injection(endpoint);
+    test_remote_cancel_stalled(endpoint, "gen/model");
     curl_global_cleanup();
     free(root);
     free(ref_repo);

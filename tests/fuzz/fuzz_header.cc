@@ -9,6 +9,7 @@
 // Every accepted header must satisfy the format's invariants, agree with an independent
 // JSON parser (nlohmann), and round-trip through layout_file + parse_file_prefix; a
 // HeaderParser reused across all inputs must answer exactly as a fresh parse does.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -165,7 +166,7 @@ void check_round_trip(const tf::Header& h) {
     const auto& t = h.tensors()[i];
     const auto* u = again->find(t.name);
     FUZZ_CHECK(u != nullptr, describe(t) + ": lost by the round trip");
-    FUZZ_CHECK(u->dtype == t.dtype && u->shape == t.shape && u->begin == t.begin &&
+    FUZZ_CHECK(u->dtype == t.dtype && std::ranges::equal(u->shape, t.shape) && u->begin == t.begin &&
                    u->end == t.end,
                describe(t) + ": changed by the round trip to " + describe(*u));
     FUZZ_CHECK(layout->tensor_ranges[i] == again->file_range(*u),
@@ -202,7 +203,7 @@ void check_same(const tf::Result<tf::Header>& cold, const tf::Result<tf::Header>
              "reused parser gives another header");
   for (std::size_t i = 0; i < cold->tensors().size(); ++i) {
     const auto &a = cold->tensors()[i], &b = warm->tensors()[i];
-    FUZZ_CHECK(a.name == b.name && a.dtype == b.dtype && a.shape == b.shape &&
+    FUZZ_CHECK(a.name == b.name && a.dtype == b.dtype && std::ranges::equal(a.shape, b.shape) &&
                    a.begin == b.begin && a.end == b.end,
                describe(a) + ": reused parser gives " + describe(b));
   }

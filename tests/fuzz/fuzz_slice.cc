@@ -9,6 +9,7 @@
 // nbytes == product(shape) * bits / 8).
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,12 +24,15 @@ namespace tf = tensorfetch;
 
 namespace {
 
+// A TensorInfo is a view: what it points to lives for the whole run.
 tf::TensorInfo make_tensor(std::string name, tf::DType dtype, std::vector<std::uint64_t> shape,
                            std::uint64_t begin) {
+  static std::deque<std::string> names;
+  static std::deque<std::vector<std::uint64_t>> shapes;
   tf::TensorInfo t;
-  t.name = name;
+  t.name = names.emplace_back(std::move(name));
   t.dtype = dtype;
-  t.shape.assign(shape.begin(), shape.end());
+  t.shape = shapes.emplace_back(std::move(shape));
   t.begin = begin;
   std::uint64_t elements = 1;
   for (auto d : t.shape) elements *= d;

@@ -669,7 +669,8 @@ TEST_CASE("header: sub-byte dtypes need a whole number of bytes (SizeMismatch)",
     INFO(dtype << " shape " << shape << " with " << bytes << " bytes");
     auto r = parse(object({entry("packed", dtype, shape, 0, bytes)}), bytes);
     REQUIRE(r.has_value());
-    CHECK(r->tensors().at(0).nbytes() == bytes);
+    REQUIRE(r->tensors().size() == 1u);
+    CHECK(r->tensors()[0].nbytes() == bytes);
   }
 }
 
@@ -911,28 +912,24 @@ TEST_CASE("header: find returns the tensor with the exact name, or nullptr", "[h
   }
 }
 
-TEST_CASE("header: a TensorInfo copied out of a header outlives the header", "[header][find]") {
-  std::optional<tf::TensorInfo> copy;
-  std::vector<tf::TensorInfo> all;
-  {
-    auto r = parse(object({entry("a_rather_long_tensor_name_that_is_not_a_small_string", "BF16",
-                                 "[2,3,4,5,6,7,8,9]", 0, 725760),
-                           entry("b", "U8", "[1]", 725760, 725761)}),
-                   725761);
-    REQUIRE(r.has_value());
-    const auto* t = r->find("a_rather_long_tensor_name_that_is_not_a_small_string");
-    REQUIRE(t != nullptr);
-    copy = *t;
-    all.assign(r->tensors().begin(), r->tensors().end());
-  }  // the header and its storage are gone
-  REQUIRE(copy.has_value());
-  CHECK(copy->name == "a_rather_long_tensor_name_that_is_not_a_small_string");
-  CHECK(tftest::dims(copy->shape) == std::vector<std::uint64_t>{2, 3, 4, 5, 6, 7, 8, 9});
-  CHECK(copy->nbytes() == 725760u);
-  REQUIRE(all.size() == 2u);
-  CHECK(all[0].name == "a_rather_long_tensor_name_that_is_not_a_small_string");
-  CHECK(all[1].name == "b");
-  CHECK(tftest::dims(all[0].shape).size() == 8u);
+TEST_CASE("header: names and shapes live in the header's storage, also after a move",
+          "[header][find]") {
+  const std::string long_name = "a_rather_long_tensor_name_that_is_not_a_small_string";
+  auto r = parse(object({entry(long_name, "BF16", "[2,3,4,5,6,7,8,9]", 0, 725760),
+                         entry("b", "U8", "[1]", 725760, 725761)}),
+                 725761);
+  REQUIRE(r.has_value());
+  tf::Header moved = std::move(*r);
+  const auto* t = moved.find(long_name);
+  REQUIRE(t != nullptr);
+  CHECK(t->name == long_name);
+  // NUL-terminated, for C callers (tf_tensor_name).
+  CHECK(t->name.data()[t->name.size()] == '\0');
+  CHECK(tftest::dims(t->shape) == std::vector<std::uint64_t>{2, 3, 4, 5, 6, 7, 8, 9});
+  CHECK(t->nbytes() == 725760u);
+  REQUIRE(moved.tensors().size() == 2u);
+  CHECK(moved.tensors()[1].name == "b");
+  CHECK(moved.tensors()[1].name.data()[1] == '\0');
 }
 
 TEST_CASE("header: data_offset and file_range are absolute positions in the file",
@@ -952,14 +949,15 @@ TEST_CASE("header: data_offset and file_range are absolute positions in the file
   CHECK(r->file_range(*r->find("a")) == tf::ByteRange{8 + n, 3});
 }
 
-TEST_CASE("header: set_tensors refuses duplicate names and leaves the header empty",
+TEST_CASE("header: set_tensors copies names and shapes, refuses duplicate names and leaves the header empty",
           "[header][find]") {
   tf::Header h;
-  // The container type set_tensors takes (the one tensors() returns).
-  std::remove_cvref_t<decltype(h.tensors())> ts(2);
-  ts[0].name = "same";
+  std::string name = "same";
+  const std::vector<std::uint64_t> shape = {4};
+  std::vector<tf::TensorInfo> ts(2);
+  ts[0].name = name;
   ts[0].dtype = DType::U8;
-  ts[0].shape = {4};
+  ts[0].shape = shape;
   ts[0].begin = 0;
   ts[0].end = 4;
   ts[1] = ts[0];
@@ -971,16 +969,21 @@ TEST_CASE("header: set_tensors refuses duplicate names and leaves the header emp
 
   ts[1].name = "other";
   REQUIRE(h.set_tensors(ts).has_value());
+  name = "xxxx";  // the header holds copies
+  REQUIRE(h.find("same") != nullptr);
   REQUIRE(h.find("other") != nullptr);
   CHECK(h.find("other")->begin == 4u);
+  CHECK(tftest::dims(h.find("other")->shape) == std::vector<std::uint64_t>{4});
+  CHECK(h.find("other")->shape.data() != shape.data());
 }
 
 TEST_CASE("header: num_elements is the product of the shape, 1 for a scalar", "[header][find]") {
   tf::TensorInfo t;
   CHECK(t.num_elements() == 1u);
-  t.shape = {2, 3, 4};
+  const std::vector<std::uint64_t> a = {2, 3, 4}, b = {5, 0, 3};
+  t.shape = a;
   CHECK(t.num_elements() == 24u);
-  t.shape = {5, 0, 3};
+  t.shape = b;
   CHECK(t.num_elements() == 0u);
   t.begin = 10;
   t.end = 34;

@@ -3,6 +3,8 @@
 // factor and bookkeeping tensors, driven by config.json.
 #include <catch2/catch.hpp>
 
+#include <deque>
+#include <string>
 #include <vector>
 
 #include "tensorfetch/parameters.hpp"
@@ -13,11 +15,13 @@ namespace {
 
 struct Model {
   std::vector<TensorInfo> tensors;
+  std::deque<std::string> names;  // what the TensorInfo views point to
+  std::deque<std::vector<std::uint64_t>> shapes;
   void add(std::string name, DType dtype, std::vector<std::uint64_t> shape) {
     TensorInfo t;
-    t.name = name;
+    t.name = names.emplace_back(std::move(name));
     t.dtype = dtype;
-    t.shape.assign(shape.begin(), shape.end());
+    t.shape = shapes.emplace_back(std::move(shape));
     tensors.push_back(std::move(t));
   }
   ParameterCount count(std::optional<std::string_view> config) const {

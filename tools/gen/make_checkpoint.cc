@@ -31,6 +31,7 @@ std::uint64_t nbytes(const OutputTensor& t) {
 
 struct Options {
   std::string out;
+  std::uint64_t tiny = 0;  // --tiny-tensors N: N F32 scalars-of-one instead of a model
   unsigned layers = 4;
   std::uint64_t hidden = 256;
   std::uint64_t intermediate = 0;  // default 4 x hidden
@@ -106,7 +107,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1u, 99999u));
   app.add_option("--dtype", o.dtype, "Element type")->capture_default_str();
   app.add_option("--seed", o.seed, "PRNG seed")->capture_default_str();
+  app.add_option("--tiny-tensors", o.tiny,
+                 "Instead of a model: one model.safetensors of N tiny F32 tensors t.0 .. t.N-1 (shape [1]), "
+                 "for benchmarks of very many tensors")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{5'000'000}));
   CLI11_PARSE(app, argc, argv);
+
+  if (o.tiny > 0) {
+    std::filesystem::create_directories(o.out);
+    std::vector<OutputTensor> tensors;
+    tensors.reserve(o.tiny);
+    for (std::uint64_t i = 0; i < o.tiny; ++i) tensors.push_back({"t." + std::to_string(i), DType::F32, {1}});
+    std::uint64_t rng = o.seed;
+    if (int rc = write_file(o.out + "/model.safetensors", tensors, rng)) return rc;
+    std::cout << o.out << "/model.safetensors: " << o.tiny << " tensors\n";
+    return 0;
+  }
 
   auto dtype = tensorfetch::parse_dtype(o.dtype);
   if (!dtype) {

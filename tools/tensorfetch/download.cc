@@ -12,20 +12,27 @@ namespace tensorfetch::cli {
 
 int run_download(const DownloadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  if (options.output == "-") {
+    return report(Error{ErrorCode::InvalidArgument,
+                        "-o -: download writes a directory of files, which cannot go to standard output "
+                        "(use `get LOCATION -o -` for one file)"});
+  }
   // The output directory must be usable before anything is downloaded.
   if (auto r = check_output_dir(options.output); !r) return report(r.error());
-  auto ckpt = Checkpoint::open(options.location, options.open);
+  OpenOptions open = options.open;
+  open.cancel = interrupt_token();
+  auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
-  install_interrupt_handler();
   FetchOptions fetch = options.fetch;
   fetch.progress = progress_callback(options.quiet);
+  fetch.cancel = interrupt_token();
   auto stats = ckpt->fetch_all(fetch);
   finish_progress();
-  if (!stats) {
-    report(stats.error());
-    return interrupted() ? 130 : exit_code(stats.error().code);
-  }
+  if (!stats) return report(stats.error());
+  // save_files takes no cancel token yet: a signal during it takes effect once it returns (its
+  // files appear complete or not at all).
   if (auto r = ckpt->save_files(options.output); !r) return report(r.error());
+  if (interrupted()) return report(Error{ErrorCode::Cancelled, options.output + ": interrupted"});
   if (options.hf_cache) {
     auto n = ckpt->publish_to_hf_cache();
     if (!n) return report(n.error());

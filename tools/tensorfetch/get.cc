@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// `tensorfetch get`: copy selected tensors (or slices) into a new safetensors file.
+// `tensorfetch get`: copy selected tensors (or slices) into a new safetensors file, a stream
+// (`-o -`, a FIFO, a character device) or a directory of shards.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <iostream>
@@ -51,35 +53,52 @@ int run_get(const GetOptions& options) {
   if (options.output.empty()) {
     return report(Error{ErrorCode::InvalidArgument, "-o/--output must name a file or directory"});
   }
-  {
-    // Where the output goes must be creatable before anything is fetched.
-    const std::filesystem::path out_path(options.output);
-    const auto dir = options.output.ends_with('/') ? out_path : out_path.parent_path();
+  const bool to_stdout = options.output == "-";
+  WriteOptions write_options;
+  write_options.cancel = interrupt_token();
+  std::string out = options.output;
+  if (!to_stdout && (out.ends_with('/') || is_directory(out))) {
+    write_options.sharded_output = true;
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
+  }
+  // Where the output goes must be creatable before anything is fetched (an existing FIFO or
+  // device is written in place, and the library refuses other non-regular targets).
+  struct stat st {};
+  const bool existing_special = ::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  if (!to_stdout && !existing_special) {
+    const std::filesystem::path out_path(out);
+    const auto dir = write_options.sharded_output ? out_path : out_path.parent_path();
     if (auto r = check_output_dir(dir.empty() ? std::string(".") : dir.string()); !r) return report(r.error());
   }
-  auto ckpt = Checkpoint::open(options.location, options.open);
+  OpenOptions open = options.open;
+  open.cancel = interrupt_token();
+  auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
   auto sels = selectors(*ckpt, options);
   if (!sels) return report(sels.error());
   Result<std::vector<Selection>> selection = std::vector<Selection>{};
   if (sels->empty()) {
-    // No names: every tensor (possibly none, which writes a valid empty file).
-    for (const auto& t : ckpt->tensors()) sels->push_back(Selector{std::string(t.info->name), std::nullopt});
+    // No names: every tensor, whole (possibly none, which writes a valid empty file), without
+    // a selector per tensor.
+    selection->reserve(ckpt->tensors().size());
+    for (const auto& t : ckpt->tensors()) {
+      auto plan = plan_slice(*t.info, SliceSpec{});
+      if (!plan) return report(plan.error());
+      selection->push_back(Selection{t, std::nullopt, std::move(*plan)});
+    }
+  } else {
+    selection = ckpt->select(*sels);
   }
-  if (!sels->empty()) selection = ckpt->select(*sels);
   if (!selection) return report(selection.error());
 
   FetchStats fetched;
   if (ckpt->remote()) {
-    install_interrupt_handler();
     FetchOptions fetch = options.fetch;
     fetch.progress = progress_callback(options.quiet);
+    fetch.cancel = interrupt_token();
     auto r = ckpt->fetch(*selection, fetch);
     finish_progress();
-    if (!r) {
-      report(r.error());
-      return interrupted() ? 130 : exit_code(r.error().code);
-    }
+    if (!r) return report(r.error());
     fetched = *r;
     if (options.hf_cache) {
       auto n = ckpt->publish_to_hf_cache();
@@ -87,13 +106,9 @@ int run_get(const GetOptions& options) {
     }
   }
 
-  WriteOptions write_options;
-  std::string out = options.output;
-  if (out.ends_with('/') || is_directory(out)) {
-    write_options.sharded_output = true;
-    while (out.size() > 1 && out.back() == '/') out.pop_back();
-  }
-  if (auto r = ckpt->write(*selection, out, write_options); !r) return report(r.error());
+  auto written = to_stdout ? ckpt->write_stream(*selection, STDOUT_FILENO, write_options)
+                           : ckpt->write(*selection, out, write_options);
+  if (!written) return report(written.error());
 
   if (!options.quiet) {
     std::uint64_t bytes = 0;

@@ -10,6 +10,8 @@
 
 #include "commands.h"
 #include "escape.h"
+#include "json_stream.h"
+#include "progress.h"
 
 namespace tensorfetch::cli {
 
@@ -187,45 +189,52 @@ Totals totals(const Checkpoint& ckpt) {
   return t;
 }
 
-void print_json(const Checkpoint& ckpt) {
+// The documented object, streamed (see json_stream.h): memory stays flat however many tensors
+// there are. Stops early, returning false, when interrupted (or when writing fails).
+bool print_json(const Checkpoint& ckpt) {
   using nlohmann::ordered_json;
-  ordered_json out;
-  out["location"] = ckpt.location();
-  out["sharded"] = ckpt.sharded();
-  out["files"] = ordered_json::array();
+  JsonObjectStream out(stdout);
+  out.member("location", ckpt.location());
+  out.member("sharded", ckpt.sharded());
+  out.begin_array("files");
   for (std::size_t i = 0; i < ckpt.files().size(); ++i) {
     const auto& f = ckpt.files()[i];
-    out["files"].push_back({{"path", f.path},
-                            {"size", f.size},
-                            {"header_size", ckpt.header(i).header_size},
-                            {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)}});
+    out.element({{"path", f.path},
+                 {"size", f.size},
+                 {"header_size", ckpt.header(i).header_size},
+                 {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)}});
   }
+  out.end_array();
   const auto& md = ckpt.header(0).metadata;
-  out["metadata"] = md ? ordered_json(*md) : ordered_json(nullptr);
-  auto& tensors = out["tensors"] = ordered_json::array();
+  out.member("metadata", md ? ordered_json(*md) : ordered_json(nullptr));
+  out.begin_array("tensors");
+  std::size_t count = 0;
   for (const auto& ref : ckpt.tensors()) {
-    tensors.push_back({{"name", std::string(ref.info->name)},
-                       {"dtype", std::string(to_string(ref.info->dtype))},
-                       {"shape", ref.info->shape},
-                       {"file", ckpt.files()[ref.file].path},
-                       {"data_offsets", {ref.info->begin, ref.info->end}}});
+    if ((++count & 4095) == 0 && interrupted()) return false;
+    out.element({{"name", std::string_view(ref.info->name)},
+                 {"dtype", to_string(ref.info->dtype)},
+                 {"shape", std::span<const std::uint64_t>(ref.info->shape)},
+                 {"file", ckpt.files()[ref.file].path},
+                 {"data_offsets", {ref.info->begin, ref.info->end}}});
   }
+  out.end_array();
   Totals t = totals(ckpt);
-  auto& params = out["parameters"] = ordered_json::object();
+  ordered_json params = ordered_json::object();
   for (const auto& [dtype, n] : t.parameters.by_dtype) params[std::string(to_string(dtype))] = n;
-  out["total_parameters"] = t.parameters.total;
-  out["parameter_rule"] = t.parameters.rule;
-  out["total_bytes"] = t.total_bytes;
-  if (ckpt.commit()) out["commit"] = *ckpt.commit();
-  if (ckpt.remote()) out["requests"] = ckpt.requests();
+  out.member("parameters", params);
+  out.member("total_parameters", t.parameters.total);
+  out.member("parameter_rule", t.parameters.rule);
+  out.member("total_bytes", t.total_bytes);
+  if (ckpt.commit()) out.member("commit", *ckpt.commit());
+  if (ckpt.remote()) out.member("requests", ckpt.requests());
   if (const auto& index = ckpt.index()) {
     ordered_json im = ordered_json::object();
     if (index->total_size) im["total_size"] = *index->total_size;
     if (index->total_parameters) im["total_parameters"] = *index->total_parameters;
     for (const auto& [k, v] : index->extra_metadata) im[k] = v;
-    out["index_metadata"] = im;
+    out.member("index_metadata", im);
   }
-  std::cout << out.dump(2, ' ', false, ordered_json::error_handler_t::replace) << '\n';
+  return out.end();
 }
 
 void print_table(const Checkpoint& ckpt, bool all) {
@@ -304,15 +313,17 @@ int report(const Error& error) {
 }
 
 int run_inspect(const InspectOptions& options) {
-  auto ckpt = Checkpoint::open(options.location, options.open);
+  OpenOptions open = options.open;
+  open.cancel = interrupt_token();
+  auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
   if (options.json) {
-    print_json(*ckpt);
+    if (!print_json(*ckpt)) return 1;
   } else {
     print_table(*ckpt, options.all);
   }
   std::cout.flush();
-  return std::cout ? 0 : 1;
+  return std::cout && !interrupted() ? 0 : 1;
 }
 
 }  // namespace tensorfetch::cli

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "escape.h"
+#include "progress.h"
 
 namespace tensorfetch::cli {
 
@@ -193,10 +194,13 @@ int main(int argc, char** argv) {
     std::cerr << "tensorfetch: usage error: " << escape_text(what) << "\nRun 'tensorfetch --help' for usage.\n";
     return 1;
   }
+  // SIGINT/SIGTERM cancel these commands at any stage (open, fetch, write, output), which then
+  // clean up and exit 130/143; `cache` keeps the default action.
+  if (*inspect_cmd || *get_cmd || *download_cmd) install_interrupt_handler();
   try {
-    if (*inspect_cmd) return run_inspect(inspect);
-    if (*get_cmd) return run_get(get);
-    if (*download_cmd) return run_download(download);
+    if (*inspect_cmd) return exit_status(run_inspect(inspect));
+    if (*get_cmd) return exit_status(run_get(get));
+    if (*download_cmd) return exit_status(run_download(download));
     if (*cache_cmd) return run_cache(cache);
   } catch (const std::exception& e) {
     std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';

@@ -16,10 +16,19 @@ namespace tensorfetch::cli {
 
 namespace {
 
-std::atomic<bool> g_interrupted{false};
+// Created before any signal handler can run, alive until exit.
+const CancelToken g_interrupt = CancelToken::make();
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
 bool g_drawn = false;
 
-extern "C" void on_signal(int) { g_interrupted.store(true); }
+// Async-signal-safe: two lock-free atomic stores. SA_RESETHAND restores the default action, so
+// a second signal ends the process at once.
+extern "C" void on_signal(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
+  g_interrupt.cancel();
+}
 
 std::string duration(double s) {
   if (s < 0 || s > 359999) return "--:--";
@@ -67,7 +76,7 @@ std::function<bool(const FetchProgress&)> progress_callback(bool quiet) {
       std::fflush(stderr);
       g_drawn = true;
     }
-    return !g_interrupted.load();
+    return !g_interrupt.cancelled();
   };
 }
 
@@ -80,11 +89,24 @@ void install_interrupt_handler() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
+  // No SA_RESTART: a blocking call (open of a FIFO, a write) returns EINTR and sees the token.
+  sa.sa_flags = SA_RESETHAND;
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
-bool interrupted() { return g_interrupted.load(); }
+const CancelToken& interrupt_token() { return g_interrupt; }
+
+int interrupt_signal() { return g_signal.load(); }
+
+bool interrupted() { return g_signal.load() != 0; }
+
+int exit_status(int code) {
+  const int sig = interrupt_signal();
+  return code != 0 && sig != 0 ? 128 + sig : code;
+}
 
 Result<void> check_output_dir(const std::string& dir) {
   namespace fs = std::filesystem;

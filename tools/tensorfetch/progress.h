@@ -20,11 +20,24 @@ std::function<bool(const FetchProgress&)> progress_callback(bool quiet);
 /// Ends the bar's line (if one was drawn).
 void finish_progress();
 
-/// Makes SIGINT/SIGTERM cancel a running fetch (cleanly: what arrived whole stays committed)
-/// instead of killing the process.
+/// Makes SIGINT/SIGTERM cancel `interrupt_token()` instead of killing the process, for the
+/// whole run: every operation given the token (open, fetch, write) stops within about 100 ms
+/// and cleans up (temporary output removed; fetched bytes that arrived whole stay committed).
+/// A second signal kills the process as usual.
 void install_interrupt_handler();
+
+/// The token SIGINT/SIGTERM cancel: give it to every long operation of the run.
+const CancelToken& interrupt_token();
+
+/// The signal that interrupted the run (SIGINT or SIGTERM), or 0.
+int interrupt_signal();
 
 /// True after SIGINT/SIGTERM.
 bool interrupted();
+
+/// The exit status of a command that returned `code`: 128 + the signal when a signal stopped
+/// it (130 for SIGINT, 143 for SIGTERM), else `code`. A command that completed despite a late
+/// signal keeps its 0.
+int exit_status(int code);
 
 }  // namespace tensorfetch::cli
