@@ -31,16 +31,32 @@ struct CheckpointFile {
   std::string url;                  ///< remote files: where byte ranges are read (after redirects)
 };
 
+/// A server asked tensorfetch to wait before it retries (HTTP 429 or 503 with `Retry-After` or
+/// `RateLimit`; the Hub's rate limits use a fixed 5-minute window, so waits of minutes are
+/// normal). A plain value, valid during the callback.
+struct ServerWait {
+  std::string url;      ///< the URL that answered
+  int status = 0;       ///< 429 or 503
+  double seconds = 0;   ///< how long the retry waits
+  std::string detail;   ///< what the server said, e.g. "(0 of 3000 requests left in the ... window)"
+};
+
+/// Told about a wait (see `ServerWait`), on the thread that runs the open or fetch. A
+/// cancellation (`CancelToken`) still ends the wait within about 100 ms.
+using ServerWaitCallback = std::function<void(const ServerWait&)>;
+
 /// How to open a checkpoint. Defaults come from the environment, as the Hugging Face tools
 /// read it. A plain value.
 struct OpenOptions {
   /// Hub endpoint; empty: `$HF_ENDPOINT`, else `https://huggingface.co`. An endpoint (or any
   /// URL) with a space or a control character is refused (`InvalidArgument`).
   std::string endpoint;
-  /// Access token; unset: `$HF_TOKEN`, else the file `$HF_HOME/token` (HF_HOME defaults to
-  /// `~/.cache/huggingface`; trailing whitespace and newlines of the file are ignored). Sent as
-  /// `Authorization: Bearer` to the endpoint host only. A token with a control character (CR,
-  /// LF, ...) is refused on open (`InvalidArgument`, naming its source, never the token).
+  /// Access token; unset: `$HF_TOKEN`, else `$HUGGING_FACE_HUB_TOKEN`, else the file
+  /// `$HF_TOKEN_PATH` (default `$HF_HOME/token`; HF_HOME defaults to
+  /// `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`; surrounding whitespace is
+  /// ignored). Sent as `Authorization: Bearer` to the endpoint host only. A token with a
+  /// control character (CR, LF, ...) or a space is refused on open (`InvalidArgument`, naming
+  /// its source, never the token).
   std::optional<std::string> token;
   /// CA bundle for TLS; empty: `$CURL_CA_BUNDLE`, else the system's. Verification is always on.
   std::string ca_file;
@@ -69,10 +85,11 @@ struct OpenOptions {
   /// `$XDG_CACHE_HOME/tensorfetch`, else `~/.cache/tensorfetch`.
   std::string cache_dir;
   /// No network at all: open from what earlier fetches recorded in the cache (or from a
-  /// Hugging Face cache snapshot). Unset: true when `$HF_HUB_OFFLINE` is `1`, `true` or `yes`.
+  /// Hugging Face cache snapshot). Unset: true when `$HF_HUB_OFFLINE` (else
+  /// `$TRANSFORMERS_OFFLINE`) is `1`, `true`, `yes` or `on`.
   std::optional<bool> offline;
   /// The Hugging Face hub cache, whose files are used instead of downloading them; empty:
-  /// `$HF_HUB_CACHE`, else `$HF_HOME/hub` (HF_HOME defaults to `~/.cache/huggingface`).
+  /// `$HF_HUB_CACHE`, else `$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub`.
   std::string hf_hub_cache;
   /// A cache shared by the members of a group: true accepts cache directories owned by other
   /// users and writable by their group (never by all users), and creates directories 02770 and
@@ -84,6 +101,8 @@ struct OpenOptions {
   /// Stops the open when cancelled (`Cancelled`), also in the middle of a stalled request.
   /// Applies to `open` only; fetches and writes take their own token.
   CancelToken cancel;
+  /// Told when a server asks the open to wait (a rate limit); unset: nobody is told.
+  ServerWaitCallback on_wait;
 };
 
 /// Progress of one file in a fetch. A plain value.
@@ -102,6 +121,8 @@ struct FetchProgress {
   std::size_t files_total = 0;     ///< files involved
   double seconds = 0;              ///< since the fetch started
   std::span<const FileProgress> per_file;  ///< each file involved
+  /// When a server asked for a wait (a rate limit): how long the retry waits, from now; else 0.
+  double waiting_seconds = 0;
 };
 
 /// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file
@@ -139,6 +160,9 @@ struct FetchOptions {
   /// Stops the fetch when cancelled (`Cancelled`) within about 100 ms, also while transfers are
   /// stalled or waiting to be retried; what arrived whole stays committed in the cache.
   CancelToken cancel;
+  /// Told when a server asks the fetch to wait (a rate limit); `progress` is also called then,
+  /// with `FetchProgress::waiting_seconds` set.
+  ServerWaitCallback on_wait;
 };
 
 /// What a fetch did. A plain value.

@@ -81,6 +81,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   bool hub = false;                              // a Hub repo (not a plain URL)
   bool offline = false;                          // no requests (HF_HUB_OFFLINE / --offline)
   std::string revision;                          // Hub: the revision as given
+  std::string canonical_repo;                    // Hub: the name a rename redirect gave ("" = none)
   std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME
   std::string confine_root;                      // local files must lie inside this directory
                                                  // (links followed only within it; "" = any)

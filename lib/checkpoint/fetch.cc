@@ -111,6 +111,7 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   settings.max_gap = options.coalesce_gap;
   settings.max_chunk = options.chunk_size;
   settings.progress = options.progress;
+  settings.on_wait = options.on_wait;
   settings.http.cancel = options.cancel;
   return job;
 }

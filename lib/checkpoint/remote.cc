@@ -22,54 +22,19 @@
 #include "format/percent.h"
 #include "hub/location.h"
 #include "hub/environment.h"
+#include "hub/hub_errors.h"
 #include "net/http_client.h"
 
 namespace tensorfetch {
 
 using detail::HttpRequest;
 using detail::HttpResponse;
+using detail::is_commit_id;
 using detail::quote_name;
 
 namespace {
 
 constexpr std::uint64_t kMaxConfigSize = 16 << 20;
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
-// HF_TOKEN, else $HF_HOME/token (HF_HOME defaults to ~/.cache/huggingface; trailing
-// whitespace and newlines of the file are ignored). A token with a control character is
-// refused, naming where it came from (never the token): it would inject HTTP headers.
-Result<std::string> find_token() {
-  if (auto t = env("HF_TOKEN"); !t.empty()) {
-    if (auto ok = detail::check_token(t, "HF_TOKEN"); !ok) return fail(ok.error());
-    return t;
-  }
-  std::string home = env("HF_HOME");
-  if (home.empty()) {
-    std::string user_home = env("HOME");
-    if (user_home.empty()) return std::string();
-    home = user_home + "/.cache/huggingface";
-  }
-  const std::string path = home + "/token";
-  std::ifstream f(path);
-  std::string token(4097, '\0');  // tokens are ~40 bytes
-  f.read(token.data(), static_cast<std::streamsize>(token.size()));
-  token.resize(static_cast<std::size_t>(f.gcount()));
-  if (token.size() > 4096) return fail(ErrorCode::InvalidArgument, path + ": larger than 4096 bytes, not a token");
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
-    token.pop_back();
-  }
-  if (auto ok = detail::check_token(token, path); !ok) return fail(ok.error());
-  return token;
-}
-
-// A git commit id as the Hub names it: exactly 40 lower-case hex digits.
-bool is_commit_id(std::string_view s) {
-  return s.size() == 40 && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
 
 std::string header_or(const detail::Headers& h, const char* name, std::string fallback = {}) {
   auto it = h.find(name);
@@ -93,6 +58,10 @@ struct Remote {
   std::string token;
   std::string token_authority;
   detail::Location location;
+  std::string token_source;  // where the token came from ("" = anonymous), for messages
+  // `[datasets/]ORG/NAME` as the Hub names the repo in its resolve URLs: the location's, or the
+  // canonical name a rename redirect (`/gpt2/resolve/...` -> `/openai-community/gpt2/...`) gave.
+  std::string repo_path;
 
   HttpRequest request(std::string url, std::optional<ByteRange> range, std::uint64_t max_body) const {
     HttpRequest r;
@@ -101,6 +70,7 @@ struct Remote {
     r.max_body = max_body;
     r.bearer_token = token;
     r.token_authority = token_authority;
+    r.restart_after_redirect_fault = true;  // a CDN fault: resolve again, then retry
     return r;
   }
 
@@ -108,42 +78,32 @@ struct Remote {
     return (location.hub.dataset ? "dataset " : "") + location.hub.repo_id;
   }
 
-  // Maps a non-success response to an error that names what was asked and what to do.
+  // Maps a non-success response to an error that names what was asked and what to do (the
+  // Hub's rules: lib/hub/hub_errors.h). A CDN that kept failing on a valid request after every
+  // retry and fresh redirect is a network fault, not the repo's answer.
   Error response_error(const HttpResponse& r, const std::string& what) const {
-    const std::string code = header_or(r.headers, "x-error-code");
-    const std::string where = what + " (" + r.url + ")";
-    const std::string status = "HTTP " + std::to_string(r.status);
-    if (code == "RepoNotFound") {
-      return {ErrorCode::RemoteNotFound,
-              "repository " + repo_text() + " not found (" + status +
-                  "); if it is private, set HF_TOKEN: " + where};
+    const std::string first_url = r.redirects.empty() ? r.url : r.redirects.front().url;
+    if ((r.status == 400 || r.status == 403 || r.status == 416) && !r.redirects.empty() &&
+        detail::url_authority(r.url) != detail::url_authority(first_url)) {
+      return {ErrorCode::Network, what + ": the download server answered HTTP " + std::to_string(r.status) +
+                                      " after " + std::to_string(r.attempts) +
+                                      (r.attempts == 1 ? " attempt" : " attempts") +
+                                      ", each through a fresh redirect from " + first_url +
+                                      " (a CDN fault that persisted; try again later): " + r.url};
     }
-    if (code == "RevisionNotFound") {
-      return {ErrorCode::RemoteNotFound, "revision '" + location.hub.revision + "' not found in " +
-                                             repo_text() + " (" + status + "): " + where};
+    detail::HubReply reply{r.status, r.url, header_or(r.headers, "x-error-code"),
+                           header_or(r.headers, "x-error-message"), header_or(r.headers, "ratelimit"),
+                           header_or(r.headers, "ratelimit-policy"), r.attempts};
+    detail::HubAsk ask;
+    if (location.kind == detail::LocationKind::Hub) {
+      ask.repo = repo_text();
+      ask.revision = location.hub.revision;
+      ask.endpoint = endpoint;
+      ask.repo_path = repo_path;
     }
-    if (code == "EntryNotFound") {
-      return {ErrorCode::RemoteNotFound, "file not found (" + status + "): " + where};
-    }
-    if (code == "GatedRepo") {
-      return {ErrorCode::Unauthorized,
-              repo_text() + " is gated (" + status +
-                  "): accept its conditions on the Hub, then set HF_TOKEN to a token of that "
-                  "account: " + where};
-    }
-    if (r.status == 401 || r.status == 403) {
-      return {ErrorCode::Unauthorized,
-              status + (token.empty() ? ": authentication required; set HF_TOKEN (or $HF_HOME/token): "
-                                      : ": the token was not accepted: ") + where};
-    }
-    if (r.status == 404) return {ErrorCode::RemoteNotFound, "not found (" + status + "): " + where};
-    if (r.status == 429 || r.status == 503) {
-      return {ErrorCode::RateLimited, status + " after " + std::to_string(r.attempts) +
-                                          (r.attempts == 1 ? " attempt" : " attempts") +
-                                          " (rate limited or unavailable): " + where};
-    }
-    if (r.status >= 500) return {ErrorCode::Network, "server error " + status + ": " + where};
-    return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
+    ask.what = what;
+    ask.token_source = token.empty() ? std::string() : token_source;
+    return detail::hub_error(reply, ask);
   }
 
   // Records the commit a response named; refuses a second, different one, and anything that is
@@ -182,8 +142,14 @@ struct Remote {
         return fail(ErrorCode::BadResponse, what + ": the server ignored Range and sent no Content-Length (" +
                                                 r.url + ")");
       }
+    } else if (r.status == 416 && known_size(r).value_or(0) == 0) {
+      // Believed only when nothing says the file has bytes (X-Linked-Size, `bytes */N`): the
+      // HTTP client retried the other 416s as the CDN faults they are.
+      return fail(ErrorCode::FileTooSmall, what + ": the file is empty (HTTP 416 for bytes=0-): " + r.url);
     } else if (r.status == 416) {
-      return fail(ErrorCode::FileTooSmall, what + ": the file is empty (HTTP 416 for bytes=0-)");
+      return fail(ErrorCode::Network, what + ": HTTP 416 for bytes 0-" + std::to_string(window() - 1) + " of a file of " +
+                                          std::to_string(*known_size(r)) + " bytes, after " + std::to_string(r.attempts) +
+                                          " attempts (a CDN fault that persisted; try again later): " + r.url);
     } else {
       return fail(response_error(r, what));
     }
@@ -208,6 +174,15 @@ struct Remote {
   }
 
   std::uint64_t window() const { return std::max<std::uint64_t>(options.header_window, 64); }
+
+  // The file's size as a 416 response says it (`bytes */N`) or a redirect hop named it
+  // (X-Linked-Size).
+  static std::optional<std::uint64_t> known_size(const HttpResponse& r) {
+    if (auto linked = find_header(r, "x-linked-size"); !linked.empty()) return std::strtoull(linked.c_str(), nullptr, 10);
+    const std::string cr = header_or(r.headers, "content-range");
+    if (cr.starts_with("bytes */")) return std::strtoull(cr.c_str() + 8, nullptr, 10);
+    return std::nullopt;
+  }
 
   // Reads and parses the headers of every file in impl.files, whose `url` fields hold the
   // URLs to ask (resolve URLs or direct URLs). `prefixes` may already hold first bytes.
@@ -349,10 +324,37 @@ struct Remote {
     return {};
   }
 
+  // The `[datasets/]ORG/NAME` part of a resolve URL on the endpoint ("" if it is not one).
+  std::string repo_part(std::string_view url) const {
+    if (!url.starts_with(endpoint + "/")) return {};
+    url.remove_prefix(endpoint.size() + 1);
+    const auto at = url.find("/resolve/");
+    return at == std::string_view::npos ? std::string() : std::string(url.substr(0, at));
+  }
+
+  // Follows a rename: a redirect on the endpoint from one repo's resolve URL to another's.
+  void learn_canonical_name(const HttpResponse& r) {
+    std::vector<std::string_view> urls;
+    for (const auto& hop : r.redirects) urls.push_back(hop.url);
+    urls.push_back(r.url);
+    for (std::size_t i = 0; i + 1 < urls.size(); ++i) {
+      const std::string from = repo_part(urls[i]), to = repo_part(urls[i + 1]);
+      const bool plain = to.size() <= 200 && std::all_of(to.begin(), to.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '/';
+      });
+      if (!from.empty() && !to.empty() && plain && from != to && from == repo_path && to.find("..") == std::string::npos) {
+        repo_path = to;
+        impl.canonical_repo = to;
+        return;
+      }
+    }
+  }
+
   Result<void> open_hub() {
     const auto& hub = location.hub;
     auto resolve = [&](const std::string& rev, const std::string& path) {
-      return detail::resolve_url(endpoint, hub, rev, path);
+      detail::HubRef canonical{false, repo_path, rev, std::nullopt};  // repo_path has datasets/
+      return detail::resolve_url(endpoint, canonical, rev, path);
     };
     if (hub.path && !detail::is_index_path(*hub.path)) {  // one file
       impl.files.push_back(CheckpointFile{*hub.path, 0, std::nullopt, resolve(hub.revision, *hub.path)});
@@ -376,12 +378,13 @@ struct Remote {
     for (std::size_t k = 0; k < results.size(); ++k) {
       if (!results[k]) return fail(results[k].error().with_context(paths[k]));
       const HttpResponse& r = *results[k];
-      const std::string code = header_or(r.headers, "x-error-code");
-      if (code == "RepoNotFound" || code == "RevisionNotFound" || code == "GatedRepo" ||
-          r.status == 401 || r.status == 403 || r.status == 429 || r.status >= 500) {
+      if (detail::hub_error_is_final(detail::HubReply{r.status, r.url, header_or(r.headers, "x-error-code"), {}, {}, {}, 1})) {
         return fail(response_error(r, paths[k]));
       }
     }
+    // A renamed repo or a legacy id answered with a redirect to its canonical name: every
+    // later resolve goes there directly (one request less per file, and the Hub's quota).
+    for (const auto& res : results) learn_canonical_name(*res);
     auto found = [&](std::size_t k) { return results[k]->status == 200 || results[k]->status == 206; };
     const std::size_t config_k = paths.size() - 1;
     if (found(config_k)) {
@@ -454,26 +457,17 @@ struct Remote {
   std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
 };
 
-// The Hugging Face cache directory of a Hub repo: $HF_HUB_CACHE (or $HF_HOME/hub, HF_HOME
-// defaulting to ~/.cache/huggingface) + models--ORG--NAME (datasets--... for datasets).
-std::string hf_repo_dir(const OpenOptions& options, const detail::HubRef& hub) {
-  std::string hub_cache = !options.hf_hub_cache.empty() ? options.hf_hub_cache : env("HF_HUB_CACHE");
-  if (hub_cache.empty()) {
-    std::string home = env("HF_HOME");
-    if (home.empty() && !env("HOME").empty()) home = env("HOME") + "/.cache/huggingface";
-    if (home.empty()) return {};
-    hub_cache = home + "/hub";
-  }
+// The Hugging Face cache directory of a Hub repo: the hub cache + models--ORG--NAME
+// (datasets--... for datasets), named after the id as given, as huggingface_hub names it.
+std::string hf_repo_dir(const std::string& hub_cache, const detail::HubRef& hub) {
+  if (hub_cache.empty()) return {};
   std::string name = hub.repo_id;
   for (std::size_t p = name.find('/'); p != std::string::npos; p = name.find('/', p + 2)) name.replace(p, 1, "--");
   return hub_cache + "/" + (hub.dataset ? "datasets--" : "models--") + name;
 }
 
-}  // namespace
-
-Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options) {
-  auto location = detail::parse_location(location_text, false);
-  if (!location) return fail(location.error());
+// The HTTP settings of an open (and, with `max_parallel` changed, of its fetches).
+detail::HttpOptions http_options(const OpenOptions& options) {
   detail::HttpOptions http;
   http.max_parallel = std::max<std::size_t>(1, options.header_connections);
   http.max_retries = options.max_retries;
@@ -481,30 +475,50 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   http.stall_timeout_ms = options.stall_timeout_ms;
   http.min_rate = options.min_rate;
   http.connect_timeout_ms = options.connect_timeout_ms;
-  http.ca_file = !options.ca_file.empty() ? options.ca_file : env("CURL_CA_BUNDLE");
+  const char* bundle = std::getenv("CURL_CA_BUNDLE");
+  http.ca_file = !options.ca_file.empty() ? options.ca_file : std::string(bundle ? bundle : "");
+  http.size_headers = {"x-linked-size"};  // the Hub names an LFS file's size on its redirect
+  return http;
+}
+
+}  // namespace
+
+Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options) {
+  auto location = detail::parse_location(location_text, false);
+  if (!location) return fail(location.error());
+  // The environment as huggingface_hub reads it; options given explicitly win (a token given
+  // as an option: the token variables and file are not read at all).
+  auto hf = detail::read_hub_environment(detail::process_environment(), !options.token);
+  if (!hf) return fail(hf.error());
+  const detail::HttpOptions http = http_options(options);
   detail::HttpOptions open_http = http;
   open_http.cancel = options.cancel;  // this open only: fetches take their own token
-  Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), std::nullopt, {}};
+  if (options.on_wait) {
+    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(detail::server_wait(w)); };
+  }
+  Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), {}, {}, std::nullopt, {}};
   if (remote.location.kind == detail::LocationKind::Hub) {
-    remote.hf_repo_dir = hf_repo_dir(options, remote.location.hub);
+    remote.hf_repo_dir = hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
+                                     remote.location.hub);
+    remote.repo_path = (remote.location.hub.dataset ? "datasets/" : "") + remote.location.hub.repo_id;
     impl.hub = true;
     impl.revision = remote.location.hub.revision;
     impl.hf_repo_dir = remote.hf_repo_dir;
   }
-  remote.endpoint = !options.endpoint.empty() ? options.endpoint : env("HF_ENDPOINT");
-  if (remote.endpoint.empty()) remote.endpoint = "https://huggingface.co";
+  remote.endpoint = options.endpoint;
   while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
+  if (remote.endpoint.empty()) remote.endpoint = hf->endpoint;
   if (auto ok = detail::check_url_text(remote.endpoint, options.endpoint.empty() ? "HF_ENDPOINT" : "the endpoint"); !ok) {
     return fail(ok.error());
   }
   if (options.token) {
-    auto ok = detail::check_token(*options.token, "the token option (OpenOptions::token, tf_open_options.token)");
-    if (!ok) return fail(ok.error());
+    const std::string source = "the token option (OpenOptions::token, tf_open_options.token)";
+    if (auto ok = detail::check_token(*options.token, source); !ok) return fail(ok.error());
     remote.token = *options.token;
-  } else {
-    auto token = find_token();
-    if (!token) return fail(token.error());
-    remote.token = std::move(*token);
+    remote.token_source = source;
+  } else if (hf->token) {
+    remote.token = hf->token->value;
+    remote.token_source = hf->token->source;
   }
   remote.token_authority = detail::url_authority(remote.endpoint);
   impl.http = http;
@@ -523,11 +537,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
                               loc.hub.repo_id + "\n" + revision + "\n" + loc.hub.path.value_or(""));
   };
   impl.snapshot_keys = {key(loc.hub.revision)};
-  bool offline = options.offline.value_or(false);
-  if (!options.offline) {
-    const std::string v = detail::ascii_lower(env("HF_HUB_OFFLINE"));
-    offline = v == "1" || v == "true" || v == "yes" || v == "on";
-  }
+  const bool offline = options.offline.value_or(hf->offline);
   impl.offline = offline;
   if (offline) {
     auto r = open_offline(impl, impl.snapshot_keys);

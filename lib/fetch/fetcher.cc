@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fetch/fetcher.h"
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,6 +11,8 @@
 #include <map>
 #include <mutex>
 #include <thread>
+
+#include "hub/hub_errors.h"
 
 namespace tensorfetch::detail {
 
@@ -167,18 +171,19 @@ Result<void> re_resolve(HttpClient& client, FetchFile& f, const FetchSettings& s
   r.max_body = 1;
   r.bearer_token = s.token;
   r.token_authority = s.token_authority;
+  r.restart_after_redirect_fault = true;
   auto res = client.perform(std::span(&r, 1));
   if (!res[0]) return fail(res[0].error().with_context(f.what));
   const HttpResponse& resp = *res[0];
   if (resp.status != 206 && resp.status != 200) {
-    return fail(ErrorCode::BadResponse, f.what + ": resolving " + f.resolve_url + " again after the download URL expired: HTTP " +
+    return fail(ErrorCode::BadResponse, f.what + ": resolving " + f.resolve_url + " again for a fresh download URL: HTTP " +
                                             std::to_string(resp.status));
   }
   std::string linked;
   for (const auto& hop : resp.redirects) {
     if (auto it = hop.headers.find("x-linked-etag"); it != hop.headers.end()) linked = it->second;
   }
-  if (f.linked_etag && !linked.empty() && linked != *f.linked_etag) {
+  if (f.linked_etag && !linked.empty() && !same_etag(linked, *f.linked_etag)) {
     return fail(ErrorCode::Integrity, f.what + ": the file changed on the server (X-Linked-Etag " + linked +
                                           " instead of " + *f.linked_etag + "): " + f.resolve_url);
   }
@@ -198,7 +203,23 @@ Error chunk_error(const FetchFile& f, const Chunk& c, const HttpResponse& r) {
     return {ErrorCode::Integrity, where + ": the file changed on the server (ETag no longer " +
                                       (f.if_match ? *f.if_match : std::string("the pinned one")) + ", HTTP 412)"};
   }
-  if (r.status == 416) return {ErrorCode::Integrity, where + ": the range is past the end of the file now (HTTP 416)"};
+  if (r.status == 416 || r.status == 400) {
+    // A 416 is believed only when the server says the file is now smaller than the range.
+    if (r.status == 416) {
+      auto it = r.headers.find("content-range");
+      const std::string cr = it == r.headers.end() ? std::string() : it->second;
+      if (cr.starts_with("bytes */")) {
+        const std::uint64_t now = std::strtoull(cr.c_str() + 8, nullptr, 10);
+        if (now != f.size && c.range.offset >= now) {
+          return {ErrorCode::Integrity, where + ": the file has " + std::to_string(now) + " bytes now, not " +
+                                            std::to_string(f.size) + " (HTTP 416): it changed on the server"};
+        }
+      }
+    }
+    return {ErrorCode::Network, where + ": HTTP " + std::to_string(r.status) + " for a range inside the " +
+                                    std::to_string(f.size) + "-byte file, still after " + std::to_string(r.attempts) +
+                                    " attempts and fresh download URLs (a CDN fault that persisted; try again later)"};
+  }
   if (r.status == 401 || r.status == 403) return {ErrorCode::Unauthorized, where + ": HTTP " + std::to_string(r.status)};
   if (r.status == 404) return {ErrorCode::RemoteNotFound, where + ": the file is gone (HTTP 404)"};
   if (r.status == 429 || r.status == 503) {
@@ -265,7 +286,15 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   }
   state.progress.bytes_cached = report.bytes_cached;
 
-  HttpClient client(settings.http);
+  // A wait the server asks for (a rate limit) is said to the caller, and shown in the progress.
+  HttpOptions http = settings.http;
+  http.on_wait = [&](const HttpWait& w) {
+    state.progress.waiting_seconds = static_cast<double>(w.wait_ms) / 1000.0;
+    if (settings.on_wait) settings.on_wait(server_wait(w));
+    (void)state.report(true);
+    state.progress.waiting_seconds = 0;
+  };
+  HttpClient client(http);
   std::optional<Error> error;
   auto note_error = [&](Error e) {
     if (!error || error_rank(e.code) > error_rank(error->code)) error = std::move(e);
@@ -323,9 +352,11 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
         if (--state.chunks_left[c.file] == 0) ++state.progress.files_done;
         return true;
       }
-      if (res && (res->status == 403 || res->status == 410) && !f.resolve_url.empty() && f.url != f.resolve_url &&
-          stale_resolves[c.file] < 3) {
-        expired.push_back(pos);  // the signed URL expired: resolve again, then resume
+      if (res && (res->status == 403 || res->status == 410 || res->status == 416 || res->status == 400) &&
+          !f.resolve_url.empty() && f.url != f.resolve_url && stale_resolves[c.file] < 3) {
+        // The signed URL expired, or the CDN keeps failing on a valid range (its retries are
+        // spent): resolve again, then resume.
+        expired.push_back(pos);
         return true;
       }
       note_error(res ? chunk_error(f, c, *res) : res.error().with_context(f.what));

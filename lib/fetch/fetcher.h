@@ -42,6 +42,7 @@ struct FetchSettings {
   std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
   long commit_interval_ms = 500;          ///< ...or this long has passed
   std::function<bool(const FetchProgress&)> progress;  ///< false: cancel
+  ServerWaitCallback on_wait;                          ///< a server asked for a wait
 };
 
 /// What a fetch did.

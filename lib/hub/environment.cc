@@ -61,7 +61,7 @@ Result<void> check_token(std::string_view token, std::string_view source) {
   return {};
 }
 
-Result<HubEnvironment> read_hub_environment(const EnvLookup& env) {
+Result<HubEnvironment> read_hub_environment(const EnvLookup& env, bool read_token) {
   HubEnvironment out;
   out.endpoint = get(env, "HF_ENDPOINT");
   if (out.endpoint.empty()) out.endpoint = "https://huggingface.co";
@@ -83,6 +83,7 @@ Result<HubEnvironment> read_hub_environment(const EnvLookup& env) {
   out.offline = env_true(offline.empty() ? get(env, "TRANSFORMERS_OFFLINE") : offline);
 
   // The token: the first non-empty of HF_TOKEN, HUGGING_FACE_HUB_TOKEN, the token file.
+  if (!read_token) return out;
   for (const char* name : {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}) {
     const std::string value(trim_space(get(env, name)));
     if (value.empty()) continue;

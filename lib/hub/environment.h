@@ -45,8 +45,9 @@ struct HubEnvironment {
 
 /// Reads the environment through `env` (and the token file, if that is where the token is).
 /// A token with control characters or inner whitespace is an `InvalidArgument` error naming
-/// its source. A token file that exists but cannot be read is an `Io` error.
-[[nodiscard]] Result<HubEnvironment> read_hub_environment(const EnvLookup& env);
+/// its source. A token file that exists but cannot be read is an `Io` error. With
+/// `read_token` false (a token was given explicitly), no token variable or file is looked at.
+[[nodiscard]] Result<HubEnvironment> read_hub_environment(const EnvLookup& env, bool read_token = true);
 
 /// Checks a token given explicitly (an option, the C API) or read from `source`: no control
 /// character, space or non-ASCII byte (HTTP header values must not carry them). Never echoes it.

@@ -138,11 +138,12 @@ Error hub_error(const HubReply& r, const HubAsk& ask) {
   }
   if (r.error_code == "RepoNotFound" || (r.status == 401 && !ask.repo.empty())) {
     if (!token) {
-      return {ErrorCode::RemoteNotFound, repo + " not found (" + status +
+      return {ErrorCode::RemoteNotFound, "repository " + repo + " not found (" + status +
                                              "); if it is private or gated, set HF_TOKEN (or log in with `hf auth "
                                              "login`): " + where};
     }
-    return {ErrorCode::RemoteNotFound, repo + " not found, or the account of the token from " + ask.token_source +
+    return {ErrorCode::RemoteNotFound, "repository " + repo + " not found, or the account of the token from " +
+                                           ask.token_source +
                                            " cannot see it (" + status + "): " + where};
   }
   if (r.status == 401) {
@@ -166,18 +167,24 @@ Error hub_error(const HubReply& r, const HubAsk& ask) {
   return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
 }
 
-namespace {
-std::string_view bare_view(std::string_view etag) noexcept {
-  etag = trim(etag);
-  if (etag.starts_with("W/")) etag.remove_prefix(2);
-  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
-  return etag;
+ServerWait server_wait(const HttpWait& w) {
+  ServerWait out;
+  out.url = w.url;
+  out.status = static_cast<int>(w.status);
+  out.seconds = static_cast<double>(w.wait_ms) / 1000.0;
+  if (w.headers) {
+    auto get = [&](const char* name) {
+      auto it = w.headers->find(name);
+      return it == w.headers->end() ? std::string() : it->second;
+    };
+    if (auto info = parse_rate_limit(get("ratelimit"), get("ratelimit-policy"))) {
+      out.detail = describe_rate_limit(*info);
+    } else if (auto ra = get("retry-after"); !ra.empty()) {
+      out.detail = "(Retry-After: " + ra + ")";
+    }
+  }
+  return out;
 }
-}  // namespace
-
-std::string bare_etag(std::string_view etag) { return std::string(bare_view(etag)); }
-
-bool same_etag(std::string_view a, std::string_view b) noexcept { return bare_view(a) == bare_view(b); }
 
 bool is_commit_id(std::string_view s) noexcept { return hex_of_length(s, 40); }
 

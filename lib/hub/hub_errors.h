@@ -17,6 +17,8 @@
 #include <string>
 #include <string_view>
 
+#include "net/http_client.h"
+#include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
@@ -69,11 +71,9 @@ struct HubAsk {
 /// wrong, or the server refuses service): no point asking for other files.
 [[nodiscard]] bool hub_error_is_final(const HubReply& reply) noexcept;
 
-/// Compares two ETags as validators: ignoring a `W/` prefix, the quotes and surrounding space.
-[[nodiscard]] bool same_etag(std::string_view a, std::string_view b) noexcept;
-
-/// An ETag without `W/`, quotes and surrounding space.
-[[nodiscard]] std::string bare_etag(std::string_view etag);
+/// A wait a server asked for, as the public API reports it: the rate limit described from its
+/// `RateLimit` / `RateLimit-Policy` headers, or the `Retry-After` it sent.
+[[nodiscard]] ServerWait server_wait(const HttpWait& wait);
 
 /// True when `s` is a commit id: exactly 40 lower-case hex digits.
 [[nodiscard]] bool is_commit_id(std::string_view s) noexcept;

@@ -85,6 +85,7 @@ struct Transfer {
   std::size_t index = 0;
   std::string url;           // current hop
   int attempt = 0;           // attempts of the current hop
+  int restarts = 0;          // restarts from the request's URL after a CDN fault
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   HttpResponse response;     // accumulated (redirects) and current
@@ -126,10 +127,11 @@ std::string describe(const Transfer& t) {
   return s;
 }
 
-std::string strip_weak(std::string_view etag) {
+std::string_view bare_etag_view(std::string_view etag) noexcept {
   etag = trim(etag);
   if (etag.starts_with("W/")) etag.remove_prefix(2);
-  return std::string(etag);
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  return etag;
 }
 
 // Checks a response before its first byte goes to a sink (see HttpRequest::sink).
@@ -143,7 +145,7 @@ std::optional<Error> validate_for_sink(const Transfer& t) {
   };
   if (req.if_match) {
     const std::string etag = header("etag");
-    if (!etag.empty() && strip_weak(etag) != strip_weak(*req.if_match)) {
+    if (!etag.empty() && !same_etag(etag, *req.if_match)) {
       return Error{ErrorCode::Integrity, where + ": the server sent ETag " + etag + " instead of the pinned " +
                                              *req.if_match + " (the file changed on the server)"};
     }
@@ -270,6 +272,10 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
 }
 
 }  // namespace
+
+std::string bare_etag(std::string_view etag) { return std::string(bare_etag_view(etag)); }
+
+bool same_etag(std::string_view a, std::string_view b) noexcept { return bare_etag_view(a) == bare_etag_view(b); }
 
 std::string range_text(const ByteRange& range) {
   return "bytes=" + std::to_string(range.offset) + "-" + std::to_string(range.end() - 1);
@@ -469,6 +475,41 @@ struct HttpClient::Impl {
     t.headers = nullptr;
   }
 
+  // The resource's full size as far as this response and its hops tell: the request's
+  // expected size, a 416's `Content-Range: bytes */N`, or a size header on a redirect hop.
+  std::optional<std::uint64_t> known_size(const Transfer& t) const {
+    if (t.request->expected_size) return t.request->expected_size;
+    if (auto it = t.current_headers.find("content-range"); it != t.current_headers.end()) {
+      std::string_view v = trim(it->second);
+      std::uint64_t n = 0;
+      if (v.starts_with("bytes */") && parse_u64(v.substr(8), n)) return n;
+    }
+    for (const auto& hop : t.response.redirects) {
+      for (const auto& name : options.size_headers) {
+        std::uint64_t n = 0;
+        if (auto it = hop.headers.find(name); it != hop.headers.end() && parse_u64(trim(it->second), n)) return n;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // A fault a CDN is known to answer now and then to a valid request: a 416 to a range the
+  // resource holds (a 416 is believed only when the size really is smaller), a 400 to a range
+  // request of a known resource or after a redirect, a 403 after a redirect that may be resolved
+  // again (an expired or refused signature).
+  bool transient_fault(const Transfer& t) const {
+    const auto& req = *t.request;
+    // Redirected to another host (a CDN): a fault there is not the origin's word.
+    const bool redirected = !t.response.redirects.empty() && url_authority(t.url) != url_authority(req.url);
+    if (t.status == 416 && req.range) {
+      auto size = known_size(t);
+      return size && t.range()->offset < *size;
+    }
+    if (t.status == 400 && req.range) return redirected || req.expected_size.has_value();
+    if (t.status == 403) return redirected && req.restart_after_redirect_fault;
+    return false;
+  }
+
   enum class Next { Done, Retry, Redirect };
 
   // Decides what follows a finished attempt; fills `result` when done.
@@ -536,10 +577,32 @@ struct HttpClient::Impl {
       t.attempt = 0;
       return Next::Redirect;
     }
+    if (transient_fault(t)) {
+      // A CDN's transient fault: retried (from the request's URL when the response came through a
+      // redirect that may be resolved again), then handed to the caller with its status.
+      if (req.restart_after_redirect_fault && !t.response.redirects.empty() &&
+          url_authority(t.url) != url_authority(req.url)) {
+        if (t.restarts < options.max_retries) {
+          ++t.restarts;
+          wait_ms = backoff_ms(t.restarts - 1);
+          t.url = req.url;
+          t.response.redirects.clear();
+          t.attempt = 0;
+          return Next::Retry;
+        }
+      } else if (t.attempt <= options.max_retries) {
+        wait_ms = backoff_ms(t.attempt - 1);
+        return Next::Retry;
+      }
+    }
     if (retryable_status(t.status) && t.attempt <= options.max_retries) {
       auto asked = retry_after_ms(t.current_headers, static_cast<long long>(std::time(nullptr)));
       if (!asked || *asked <= options.retry_after_max_ms) {
+        if (asked && !t.current_headers.count("retry-after")) *asked += 1000;  // RateLimit's t: one more second
         wait_ms = asked ? *asked + backoff_ms(0) / 4 : backoff_ms(t.attempt - 1);
+        if (asked && wait_ms >= 1000 && options.on_wait) {
+          options.on_wait(HttpWait{t.url, t.status, wait_ms, &t.current_headers});
+        }
         return Next::Retry;
       }
     }
@@ -559,7 +622,7 @@ struct HttpClient::Impl {
     r.headers = std::move(t.current_headers);
     r.body = std::move(t.body);
     r.truncated = t.truncated;
-    r.attempts = t.attempt;
+    r.attempts = t.attempt + t.restarts;
     if (r.status == 206 && !req.sink) {
       auto it = r.headers.find("content-range");
       r.content_range = it == r.headers.end() ? std::nullopt : parse_content_range(it->second);

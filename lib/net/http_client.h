@@ -21,6 +21,17 @@
 
 namespace tensorfetch::detail {
 
+/// Response headers: lower-case names; a repeated header keeps its last value.
+using Headers = std::map<std::string, std::string>;
+
+/// A wait a server asked for (see `HttpOptions::on_wait`).
+struct HttpWait {
+  std::string url;                  ///< the URL that answered
+  long status = 0;                  ///< 429 or 503
+  long wait_ms = 0;                 ///< how long the retry waits
+  const Headers* headers = nullptr; ///< the response's headers (RateLimit, Retry-After, ...)
+};
+
 /// Settings of an `HttpClient`. A plain value.
 struct HttpOptions {
   std::size_t max_parallel = 16;       ///< transfers in flight at once
@@ -34,16 +45,23 @@ struct HttpOptions {
   int max_retries = 5;                 ///< retries after the first attempt
   long backoff_base_ms = 250;          ///< first backoff; doubles per retry, jittered
   long backoff_max_ms = 20'000;        ///< cap of one backoff
-  long retry_after_max_ms = 120'000;   ///< a server asking to wait longer than this: give up
+  /// A server asking to wait longer than this (Retry-After, RateLimit) is not waited for: the
+  /// request fails at once. The default covers the Hub's fixed 5-minute rate-limit window.
+  long retry_after_max_ms = 330'000;
+  /// Response headers that name a resource's full size on a redirect hop (the Hub's
+  /// `x-linked-size`, lower case): with `expected_size` and a 416's `Content-Range: bytes */N`
+  /// they tell whether a 416 to a range is believable (see `HttpClient::perform`).
+  std::vector<std::string> size_headers;
   std::string ca_file;                 ///< CA bundle (`--cacert`, CURL_CA_BUNDLE); empty: system
   std::string user_agent = "tensorfetch";
   /// When cancelled, `perform` stops every request within about 100 ms (they fail with
   /// `Cancelled`); a cancellable token also shortens the wait between polls to 100 ms.
   CancelToken cancel;
+  /// Told before a retry that waits because the server asked (429/503 with Retry-After or
+  /// RateLimit) for at least a second: the URL, status, headers and the wait. Called on the
+  /// thread that runs `perform`; the wait itself still ends early when `cancel` is cancelled.
+  std::function<void(const HttpWait&)> on_wait;
 };
-
-/// Response headers: lower-case names; a repeated header keeps its last value.
-using Headers = std::map<std::string, std::string>;
 
 /// Receives the body of a validated 2xx response to a range request, piece by piece, instead of
 /// memory: `HttpRequest::sink`. Called on the thread that runs `HttpClient::perform`.
@@ -74,6 +92,10 @@ struct HttpRequest {
   /// retry. A retry after a partial body asks only for the bytes not yet received.
   BodySink* sink = nullptr;
   std::optional<std::uint64_t> expected_size;  ///< with `sink`: the resource's size
+  /// A CDN fault on a response reached through a redirect (400, 403, or a 416 to a range the
+  /// resource holds) is retried from `url`, resolving the redirect again, instead of from the
+  /// redirect's target (a signed URL may have expired or been refused).
+  bool restart_after_redirect_fault = false;
 };
 
 /// A redirect hop: the 3xx response and where it pointed.
@@ -156,6 +178,12 @@ class HttpClient {
 /// Milliseconds a 429/503 response asks to wait: `Retry-After` (seconds or an HTTP date), else
 /// `RateLimit: ...;t=SECONDS`. `now` is the current time in seconds since the epoch. Pure.
 [[nodiscard]] std::optional<long> retry_after_ms(const Headers& headers, long long now);
+
+/// An ETag without a `W/` prefix, quotes and surrounding space. Pure.
+[[nodiscard]] std::string bare_etag(std::string_view etag);
+
+/// True when two ETags name the same version: compared without `W/`, quotes and space. Pure.
+[[nodiscard]] bool same_etag(std::string_view a, std::string_view b) noexcept;
 
 /// The `bytes=a-b` text of a range.
 [[nodiscard]] std::string range_text(const ByteRange& range);

@@ -106,10 +106,11 @@ TEST_CASE("cli hostile: a token with CR/LF or another control character is refus
   const std::vector<Row> rows = {
       {"HF_TOKEN with CRLF + a header", "hf_secret\r\nX-Evil: 1", std::nullopt, "HF_TOKEN"},
       {"HF_TOKEN with a bare LF", "hf_secret\nX-Evil: 1", std::nullopt, "HF_TOKEN"},
-      {"HF_TOKEN with a trailing newline", "hf_secret\n", std::nullopt, "HF_TOKEN"},
+      {"HF_TOKEN with an inner tab (surrounding white space is trimmed, as huggingface_hub does)",
+       "hf_sec\tret\n", std::nullopt, "HF_TOKEN"},
       {"HF_TOKEN with a NUL-free control byte", "hf_secret\x01", std::nullopt, "HF_TOKEN"},
-      {"token file with a bare CR + a header", std::nullopt, "hf_secret\rX-Evil: 1\n", hub.token_file().string()},
-      {"token file with two lines", std::nullopt, "hf_secret\r\nX-Evil: 1\r\n", hub.token_file().string()},
+      {"token file with a bare CR + a header", std::nullopt, "hf_secret\rX-Evil: 1\n", "the file " + hub.token_file().string()},
+      {"token file with two lines", std::nullopt, "hf_secret\r\nX-Evil: 1\r\n", "the file " + hub.token_file().string()},
   };
   for (const auto& row : rows) {
     hub.env.set("HF_TOKEN", row.env_token);

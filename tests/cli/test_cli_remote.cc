@@ -165,7 +165,7 @@ TEST_CASE("cli remote: 429 on every attempt exits 3 after 1 + --retries attempts
     INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
     CHECK(res.exit_code == 3);
     CHECK(res.out.empty());
-    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 2 attempts"));
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 (rate limited) after 2 attempts"));
     CHECK_THAT(res.err, Catch::Contains("rate limited"));
     CHECK_THAT(res.err, Catch::Contains(r.endpoint() + "/org/tiny/resolve/main/model.safetensors"));
     REQUIRE(log.size() == 2);  // the first attempt and one retry, nothing more
@@ -183,7 +183,7 @@ TEST_CASE("cli remote: 429 on every attempt exits 3 after 1 + --retries attempts
     const auto log = r.server->log();
     INFO(describe(args) << "\nstderr: " << res.err << "\nserver log:\n" << log_text(log));
     CHECK(res.exit_code == 3);
-    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 2 attempts"));
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 (rate limited) after 2 attempts"));
     CHECK(log.size() == 2);
     for (const auto& rec : log) CHECK(rec.status == 429);
   }
@@ -194,7 +194,7 @@ TEST_CASE("cli remote: 429 on every attempt exits 3 after 1 + --retries attempts
     auto res = run(once);
     INFO(describe(once) << "\nstderr: " << res.err);
     CHECK(res.exit_code == 3);
-    CHECK_THAT(res.err, Catch::Contains("HTTP 429 after 1 attempt ("));
+    CHECK_THAT(res.err, Catch::Contains("HTTP 429 (rate limited) after 1 attempt;"));
     CHECK(r.server->log().size() == 1);
   }
 }

@@ -11,6 +11,7 @@
 
 #include "hub/environment.h"
 #include "hub/hub_errors.h"
+#include "net/http_client.h"
 
 using namespace tensorfetch;
 using namespace tensorfetch::detail;
