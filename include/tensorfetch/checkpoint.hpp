@@ -29,6 +29,10 @@ struct CheckpointFile {
   std::uint64_t size = 0;           ///< file size in bytes
   std::optional<std::string> etag;  ///< remote files: the pinned ETag (the sha256 for Hub LFS files)
   std::string url;                  ///< remote files: where byte ranges are read (after redirects)
+  /// Remote files: the content's sha256 as the Hub names it (`X-Linked-Etag`), against which
+  /// the file is verified when it has been fetched whole. Unset when nothing names it (a plain
+  /// URL, a small git file): whole files are then checked by size and ETag only.
+  std::optional<std::string> sha256;
 };
 
 /// A server asked tensorfetch to wait before it retries (HTTP 429 or 503 with `Retry-After` or

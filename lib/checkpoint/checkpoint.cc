@@ -209,6 +209,9 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
 }
 
 Result<void> Checkpoint::Impl::finish_open() {
+  for (std::size_t i = 0; i < rfiles.size() && i < files.size(); ++i) {
+    files[i].sha256 = detail::sha256_of_linked_etag(rfiles[i].linked_etag);
+  }
   if (index) {
     if (auto r = check_index_matches(*this); !r) return fail(r.error());
   }
@@ -247,7 +250,15 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
     if (auto r = open_local(*impl, location, options.cancel); !r) return fail(r.error());
   } else {
     impl->remote = true;
-    if (auto r = open_remote(*impl, location, options); !r) return fail(r.error());
+    if (auto r = open_remote(*impl, location, options); !r) {
+      // A bare NAME or ORG/NAME was taken for a Hub repo because no such path exists here.
+      if (parsed->kind == detail::LocationKind::Hub && !location.starts_with("hf://") &&
+          r.error().code == ErrorCode::RemoteNotFound) {
+        return fail(ErrorCode::RemoteNotFound,
+                    r.error().message + " (no local file or directory '" + location + "' exists either)");
+      }
+      return fail(r.error());
+    }
   }
   if (options.cancel.cancelled()) return fail(ErrorCode::Cancelled, location + ": open cancelled");
   if (auto r = impl->finish_open(); !r) return fail(r.error());

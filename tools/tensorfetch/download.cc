@@ -50,6 +50,19 @@ int run_download(const DownloadOptions& options) {
               << " requests, " << human_bytes(static_cast<double>(stats->bytes_cached)) << " from the cache, "
               << s << " s\n";
   }
+  // Say what was verified: a file without a sha256 from the server (a plain URL) is checked by
+  // its size and ETag only.
+  std::size_t unverified = 0;
+  for (const auto& f : ckpt->files()) unverified += ckpt->remote() && !f.sha256 ? 1 : 0;
+  if (!options.quiet && ckpt->remote()) {
+    if (unverified == 0) {
+      std::cerr << "tensorfetch: every file verified against the sha256 the Hub names\n";
+    } else {
+      std::cerr << "tensorfetch: " << unverified << (unverified == 1 ? " file has" : " files have")
+                << " no sha256 from the server (X-Linked-Etag): checked by size and ETag only, the content "
+                   "itself is not verified\n";
+    }
+  }
   return 0;
 }
 

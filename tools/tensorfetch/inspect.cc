@@ -202,7 +202,8 @@ bool print_json(const Checkpoint& ckpt) {
     out.element({{"path", f.path},
                  {"size", f.size},
                  {"header_size", ckpt.header(i).header_size},
-                 {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)}});
+                 {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)},
+                 {"sha256", f.sha256 ? ordered_json(*f.sha256) : ordered_json(nullptr)}});
   }
   out.end_array();
   const auto& md = ckpt.header(0).metadata;

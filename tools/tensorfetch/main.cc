@@ -197,6 +197,9 @@ int main(int argc, char** argv) {
   // SIGINT/SIGTERM cancel these commands at any stage (open, fetch, write, output), which then
   // clean up and exit 130/143; `cache` keeps the default action.
   if (*inspect_cmd || *get_cmd || *download_cmd) install_interrupt_handler();
+  // A rate limit's wait (minutes, on the Hub) is said on stderr, whatever the command.
+  inspect.open.on_wait = get.open.on_wait = download.open.on_wait = wait_notice();
+  get.fetch.on_wait = download.fetch.on_wait = wait_notice();
   try {
     if (*inspect_cmd) return exit_status(run_inspect(inspect));
     if (*get_cmd) return exit_status(run_get(get));

@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "commands.h"
+#include "escape.h"
 
 namespace tensorfetch::cli {
 
@@ -77,6 +79,25 @@ std::function<bool(const FetchProgress&)> progress_callback(bool quiet) {
       g_drawn = true;
     }
     return !g_interrupt.cancelled();
+  };
+}
+
+ServerWaitCallback wait_notice() {
+  return [](const ServerWait& w) {
+    using Clock = std::chrono::steady_clock;
+    static Clock::time_point told_until{};
+    const auto until = Clock::now() + std::chrono::milliseconds(static_cast<long>(w.seconds * 1000));
+    if (until < told_until + std::chrono::seconds(2)) return;  // the same wait, from another request
+    told_until = until;
+    if (g_drawn) std::fputs("\n", stderr);
+    g_drawn = false;
+    const std::string who = w.url.substr(0, w.url.find('/', w.url.find("://") + 3));
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.0f", w.seconds);
+    std::fprintf(stderr, "tensorfetch: %s answered HTTP %d %s%s: waiting %s s before retrying (Ctrl-C to stop)\n",
+                 escape_text(who).c_str(), w.status, w.status == 429 ? "(rate limited)" : "(unavailable)",
+                 w.detail.empty() ? "" : (" " + escape_text(w.detail)).c_str(), secs);
+    std::fflush(stderr);
   };
 }
 

@@ -17,6 +17,10 @@ std::string human_bytes(double bytes);
 /// returns false once SIGINT arrived (see `install_interrupt_handler`), which cancels the fetch.
 std::function<bool(const FetchProgress&)> progress_callback(bool quiet);
 
+/// Tells on stderr that a server asked for a wait (a rate limit): how long, why, and that
+/// Ctrl-C stops it. Said once per wait, not once per parallel request that hit it.
+ServerWaitCallback wait_notice();
+
 /// Ends the bar's line (if one was drawn).
 void finish_progress();
 
