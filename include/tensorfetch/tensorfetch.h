@@ -198,8 +198,9 @@ typedef struct tf_open_options {
   const char* cache_dir;
   /** Parallel transfers of tensor data; 0: 16. */
   size_t connections;
-  /** Access token; NULL: `$HF_TOKEN`, else the file `$HF_HOME/token`; "": send none. Sent
-   *  as `Authorization: Bearer` to the endpoint host only, never to a redirect target. */
+  /** Access token; NULL: `$HF_TOKEN`, else `$HUGGING_FACE_HUB_TOKEN`, else the file
+   *  `$HF_TOKEN_PATH` (default `$HF_HOME/token`); "": send none. Sent as
+   *  `Authorization: Bearer` to the endpoint host only, never to a redirect target. */
   const char* token;
   /** Hub endpoint; NULL: `$HF_ENDPOINT`, else https://huggingface.co. */
   const char* endpoint;
@@ -207,12 +208,13 @@ typedef struct tf_open_options {
   const char* ca_file;
   /** The Hugging Face hub cache: files it holds (by sha256) are used instead of downloading
    *  them, and `tf_publish_to_hf_cache` writes into it. NULL: `$HF_HUB_CACHE`, else
-   *  `$HF_HOME/hub` (`$HF_HOME` defaults to `~/.cache/huggingface`). */
+   *  `$HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub` (`$HF_HOME` defaults to
+   *  `$XDG_CACHE_HOME/huggingface`, else `~/.cache/huggingface`). */
   const char* hf_hub_cache;
   /** 1: no network at all: open from what earlier fetches recorded in the cache, and fail
    *  fetches of bytes it does not hold with `TF_ERR_NOT_FETCHED`; 0: network;
-   *  `TF_OFFLINE_FROM_ENV` (the default): 1 when `$HF_HUB_OFFLINE` is `1`, `true`, `yes` or
-   *  `on` (any case). */
+   *  `TF_OFFLINE_FROM_ENV` (the default): 1 when `$HF_HUB_OFFLINE` (else
+   *  `$TRANSFORMERS_OFFLINE`) is `1`, `true`, `yes` or `on` (any case). */
   int offline;
   /** 1: the cache is shared by the members of a group (directories owned by other members and
    *  writable by the group are accepted; what is created is group-writable: directories
@@ -359,6 +361,10 @@ typedef struct tf_progress {
   /** Per file involved, in file order: its bytes done and to transfer. The sums over the
    *  array are `bytes_done` and `bytes_total`. Owned by the library, valid during the call. */
   const tf_file_progress* files;
+  /** When a server asked for a wait (an HTTP 429 rate limit, whose window on the Hub lasts up
+   *  to 5 minutes): how long the retry waits, in seconds from now; else 0. The callback is
+   *  called when such a wait starts; `tf_cancel` still ends it within about 100 ms. */
+  double waiting_seconds;
 } tf_progress;
 
 /**

@@ -261,6 +261,7 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     c.files_done = p.files_done;
     c.files_total = p.files_total;
     c.seconds = p.seconds;
+    c.waiting_seconds = p.waiting_seconds;
     try {
       files->resize(p.per_file.size());
       for (std::size_t i = 0; i < p.per_file.size(); ++i) {
