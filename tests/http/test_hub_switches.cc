@@ -162,7 +162,10 @@ TEST_CASE("fail_next answers 429/503 with Retry-After or RateLimit", "[switches]
   REQUIRE(r);
   CHECK(r->status == 429);
   CHECK_FALSE(r->has_header("Retry-After"));
-  CHECK(r->get_header_value("RateLimit") == "\"api\";r=0;t=42");
+  // The shape the Hub sends: bucket "resolvers" and its policy (the Hub's q and w while the
+  // server's own rate limit is off), no Retry-After.
+  CHECK(r->get_header_value("RateLimit") == "\"resolvers\";r=0;t=42");
+  CHECK(r->get_header_value("RateLimit-Policy") == "\"fixed window\";\"resolvers\";q=3000;w=300");
 
   // Only matching requests: the CDN fails, the resolve does not.
   s.fail_next(1, 503, 1, false, "/cdn/");
@@ -193,7 +196,7 @@ TEST_CASE("fail_next answers 429/503 with Retry-After or RateLimit", "[switches]
   CHECK(log[0].fault == "fail");
   CHECK(log[0].retry_after == "7");
   CHECK(log[2].fault.empty());
-  CHECK(log[3].retry_after == "\"api\";r=0;t=42");
+  CHECK(log[3].retry_after == "\"resolvers\";r=0;t=42");
   CHECK(log[4].status == 302);
   CHECK(log[5].status == 503);
   CHECK(log[5].kind == "cdn");

@@ -3,10 +3,27 @@
 // /_admin/set, which maps query parameters onto HubServer's runtime setters.
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <vector>
 
 #include "server_internal.h"
 
 namespace tensorfetch::testing {
+
+namespace {
+
+// "a,b,c" → {a, b, c}; "" → {}.
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (!s.empty() && i <= s.size()) {
+    auto j = std::min(s.find(',', i), s.size());
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
 
 void HubServer::Impl::handle_admin(const httplib::Request& req, httplib::Response& res,
                                    const PendingPtr& p, const detail::Route& r, HubServer& self) {
@@ -79,6 +96,17 @@ void HubServer::Impl::apply_admin_set(const httplib::Request& req, HubServer& se
   if (has("linked_etag")) self.set_linked_etag(str("linked_etag"), match);
   if (has("cdn_etag")) self.set_cdn_etag(str("cdn_etag"), match);
   if (has("unknown_repo_401")) self.set_unknown_repo_401(num("unknown_repo_401", 0) != 0);
+  // The real Hub.
+  if (has("real_hub")) self.set_real_hub(num("real_hub", 0) != 0);
+  if (has("lfs_without_etag")) self.set_lfs_without_etag(num("lfs_without_etag", 0) != 0);
+  if (has("xet_etags")) self.set_xet_etags(num("xet_etags", 0) != 0);
+  if (has("resolve_cache")) self.set_resolve_cache(num("resolve_cache", 0) != 0);
+  if (has("hub_errors")) self.set_hub_errors(num("hub_errors", 0) != 0);
+  if (has("alias")) self.set_repo_alias(str("alias"), has("to") ? str("to") : "");
+  if (has("rate_limit")) self.set_rate_limit(i32("rate_limit", 0), i32("window_s", 300));
+  if (has("other_tokens")) self.set_other_tokens(split_list(str("other_tokens")));
+  if (has("disabled")) self.set_disabled_repos(split_list(str("disabled")));
+  if (has("cdn_fault")) self.cdn_fault(i32("cdn_fault", 0), n, match);
 }
 
 }  // namespace tensorfetch::testing

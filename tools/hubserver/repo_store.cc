@@ -27,8 +27,12 @@ RepoStore::RepoStore(const Options& opt)
 fs::path RepoStore::dir(const std::string& repo) const { return root_ / repo; }
 
 bool RepoStore::exists(const std::string& repo) const {
+  // Only ORG/NAME ids name repos (a legacy id names an org's directory).
+  std::string_view id(repo);
+  if (id.rfind("datasets/", 0) == 0) id.remove_prefix(9);
   std::error_code ec;
-  return !root_.empty() && fs::is_directory(dir(repo), ec);
+  return std::count(id.begin(), id.end(), '/') == 1 && !root_.empty() &&
+         fs::is_directory(dir(repo), ec);
 }
 
 bool RepoStore::is_control_file(const std::string& file) {

@@ -69,7 +69,7 @@ std::int64_t epoch_ms() {
       .count();
 }
 
-std::vector<std::string> split_path(std::string_view raw_path) {
+std::vector<std::string> split_path(std::string_view raw_path, std::vector<std::size_t>* ends) {
   std::vector<std::string> segs;
   std::size_t i = 0;
   if (!raw_path.empty() && raw_path.front() == '/') i = 1;
@@ -77,9 +77,25 @@ std::vector<std::string> split_path(std::string_view raw_path) {
     auto j = raw_path.find('/', i);
     if (j == std::string_view::npos) j = raw_path.size();
     segs.push_back(pct_decode(raw_path.substr(i, j - i)));
+    if (ends) ends->push_back(j);
     i = j + 1;
   }
   return segs;
+}
+
+std::string pct_encode(std::string_view s, bool keep_slash) {
+  static const char* digits = "0123456789ABCDEF";
+  std::string out;
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_slash && c == '/')) {
+      out.push_back(c);
+    } else {
+      out += {'%', digits[u >> 4], digits[u & 15]};
+    }
+  }
+  return out;
 }
 
 std::string join(const std::vector<std::string>& v, std::size_t from, std::size_t to, char sep) {
@@ -91,47 +107,87 @@ std::string join(const std::vector<std::string>& v, std::size_t from, std::size_
   return s;
 }
 
+// Routes with a repo id (ORG/NAME, or a legacy id without an org when ORG/NAME does not fit):
+//   /[datasets/]{id}/resolve/{rev}/{path...}
+//   /api/{models|datasets}/{id}[/revision/{rev...}]
+//   /api/resolve-cache/{models|datasets}/{org}/{name}/{rev}/{path...}
 Route classify(std::string_view target) {
   Route r;
   auto q = target.find('?');
-  auto segs = split_path(target.substr(0, q));
-  if (segs.empty()) return r;
-  if (segs[0] == "_admin" && segs.size() >= 2) {
+  std::vector<std::size_t> ends;
+  auto segs = split_path(target.substr(0, q), &ends);
+  const std::size_t n = segs.size();
+  auto at = [&](std::size_t i) -> const std::string& {
+    static const std::string none;
+    return i < n ? segs[i] : none;
+  };
+  if (segs[0] == "_admin" && n >= 2) {
     r.kind = "admin";
     r.admin = segs[1];
     return r;
   }
-  if (segs[0] == "cdn" && segs.size() >= 2) {
+  if (segs[0] == "cdn" && n >= 2) {
     r.kind = "cdn";
     r.blob = segs[1];
     return r;
   }
-  auto set_repo = [&](bool dataset, std::size_t at) {
-    const auto& org = segs[at];
-    const auto& name = segs[at + 1];
-    r.bad_repo_name = !valid_name_segment(org) || !valid_name_segment(name);
-    r.repo = (dataset ? "datasets/" : "") + org + "/" + name;
+  // The repo id starts at segment `from` and has `parts` segments (1: legacy, 2: org/name).
+  auto set_repo = [&](bool dataset, std::size_t from, std::size_t parts) {
+    r.dataset = dataset;
+    r.legacy_id = parts == 1;
+    r.bad_repo_name = false;
+    std::string id;
+    for (std::size_t i = from; i < from + parts; ++i) {
+      if (!valid_name_segment(segs[i])) r.bad_repo_name = true;
+      id += (i > from ? "/" : "") + segs[i];
+    }
+    r.repo = (dataset ? "datasets/" : "") + id;
     r.repo_rel = r.repo;
+    r.repo_end = ends[from + parts - 1];
   };
-  if (segs[0] == "api" && segs.size() >= 4 && (segs[1] == "models" || segs[1] == "datasets")) {
-    r.kind = "api";
-    set_repo(segs[1] == "datasets", 2);
-    if (segs.size() >= 6 && segs[4] == "revision")
-      r.revision = join(segs, 5, segs.size());
-    else if (segs.size() == 4)
-      r.revision = "main";
-    else
-      r.kind = "other";
-    return r;
-  }
-  bool dataset = segs[0] == "datasets";
-  std::size_t base = dataset ? 1 : 0;
-  if (segs.size() >= base + 5 && segs[base + 2] == "resolve") {
-    r.kind = "resolve";
-    set_repo(dataset, base);
-    r.rev_segments.assign(segs.begin() + static_cast<std::ptrdiff_t>(base + 3), segs.end());
+  auto set_resolve = [&](std::size_t rev_at) {
+    r.rev_segments.assign(segs.begin() + static_cast<std::ptrdiff_t>(rev_at), segs.end());
     r.revision = r.rev_segments[0];
     r.file = join(r.rev_segments, 1, r.rev_segments.size());
+  };
+  if (segs[0] == "api" && at(1) == "resolve-cache" && n >= 7 &&
+      (at(2) == "models" || at(2) == "datasets")) {
+    r.kind = "resolve_cache";
+    set_repo(at(2) == "datasets", 3, 2);
+    set_resolve(5);
+    return r;
+  }
+  if (segs[0] == "api" && n >= 3 && (at(1) == "models" || at(1) == "datasets")) {
+    const bool dataset = at(1) == "datasets";
+    r.kind = "api";
+    if (n == 4) {
+      set_repo(dataset, 2, 2);
+      r.revision = "main";
+    } else if (n >= 6 && at(4) == "revision") {
+      set_repo(dataset, 2, 2);
+      r.revision = join(segs, 5, n);
+    } else if (n == 3) {
+      set_repo(dataset, 2, 1);
+      r.revision = "main";
+    } else if (n >= 5 && at(3) == "revision") {
+      set_repo(dataset, 2, 1);
+      r.revision = join(segs, 4, n);
+    } else {
+      r.kind = "other";  // another API route of a repo (logged with its repo)
+      if (n >= 4) set_repo(dataset, 2, 2);
+    }
+    return r;
+  }
+  const bool dataset = segs[0] == "datasets";
+  const std::size_t base = dataset ? 1 : 0;
+  if (n >= base + 5 && at(base + 2) == "resolve") {
+    r.kind = "resolve";
+    set_repo(dataset, base, 2);
+    set_resolve(base + 3);
+  } else if (n >= base + 4 && at(base + 1) == "resolve") {
+    r.kind = "resolve";
+    set_repo(dataset, base, 1);
+    set_resolve(base + 2);
   }
   return r;
 }

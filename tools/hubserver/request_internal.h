@@ -15,8 +15,9 @@ namespace tensorfetch::testing::detail {
 
 /// A request target, split into decoded segments, classified.
 struct Route {
-  std::string kind = "other";             ///< resolve, cdn, api, admin, other
-  std::string repo;                       ///< "org/name" or "datasets/org/name"
+  std::string kind = "other";             ///< resolve, resolve_cache, cdn, api, admin, other
+  std::string repo;                       ///< "org/name", "datasets/org/name"; legacy: "gpt2",
+                                          ///< "datasets/squad"
   std::string repo_rel;                   ///< directory relative to the root
   std::vector<std::string> rev_segments;  ///< resolve: decoded segments after "resolve"
   std::string revision;                   ///< resolve: first guess (decoded segment); api: revision
@@ -24,13 +25,20 @@ struct Route {
   std::string blob;                       ///< cdn: sha256
   std::string admin;                      ///< admin: command
   bool bad_repo_name = false;             ///< an org or name segment that cannot name a directory
+  bool legacy_id = false;                 ///< the repo id has no org ("gpt2")
+  bool dataset = false;                   ///< a dataset repo
+  std::size_t repo_end = 0;               ///< offset in the raw target just past the repo id
 };
 
 /// Classifies a raw request target (path + query, still percent-encoded).
 Route classify(std::string_view target);
 
-/// Splits a raw path at '/' (a leading '/' dropped) and percent-decodes each segment.
-std::vector<std::string> split_path(std::string_view raw_path);
+/// Splits a raw path at '/' (a leading '/' dropped) and percent-decodes each segment; `ends`,
+/// if given, receives the raw offset just past each segment.
+std::vector<std::string> split_path(std::string_view raw_path,
+                                    std::vector<std::size_t>* ends = nullptr);
+/// Percent-encodes everything but RFC 3986 unreserved characters (and '/' if keep_slash).
+std::string pct_encode(std::string_view s, bool keep_slash);
 /// Joins v[from, to) with `sep`.
 std::string join(const std::vector<std::string>& v, std::size_t from, std::size_t to,
                  char sep = '/');

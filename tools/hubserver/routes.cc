@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Hub's routes of the test server: resolve, the CDN, the API; access checks; dispatch.
-#include <cstdlib>
+// The Hub's routes of the test server: resolve (302 to the CDN, 200 direct, or 307 to the
+// resolve cache), resolve-cache, the API, renamed-repo redirects, the "resolvers" rate limit,
+// and the dispatch of every logged request. The CDN is in cdn.cc, access checks in access.cc.
 #include <nlohmann/json.hpp>
 
 #include "server_internal.h"
@@ -14,13 +15,18 @@ using detail::Switches;
 
 namespace {
 
-std::string query_param(const httplib::Request& req, const char* key) {
-  return req.has_param(key) ? req.get_param_value(key) : std::string();
-}
-
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// "datasets/org/name" → "org/name".
+std::string bare_id(const std::string& repo) {
+  return repo.rfind("datasets/", 0) == 0 ? repo.substr(9) : repo;
+}
+
+std::string content_type_of(const std::string& file) {
+  return ends_with(file, ".json") ? "application/json" : "text/plain; charset=utf-8";
 }
 
 }  // namespace
@@ -32,42 +38,6 @@ std::string HubServer::Impl::make_cdn_url(const std::string& sha256) {
   return base + repos.signed_cdn_path(sha256, ttl);
 }
 
-bool HubServer::Impl::check_repo(const httplib::Request& req, httplib::Response& res,
-                                 const PendingPtr& p, const Route& r) {
-  std::string auth = req.get_header_value("Authorization");
-  bool has_auth = req.has_header("Authorization");
-  struct Access {
-    std::string token;
-    bool gated, priv, unknown_401;
-  };
-  Access a = switches.with([&](Switches& sw) {
-    return Access{sw.token, sw.gated.count(r.repo) > 0, sw.priv.count(r.repo) > 0,
-                  sw.unknown_repo_401};
-  });
-  bool authorized = !a.token.empty() && auth == "Bearer " + a.token;
-  if (r.bad_repo_name || !repos.exists(r.repo_rel)) {
-    if (a.unknown_401 && !has_auth) {
-      error(res, p, 401, "RepoNotFound",
-            "Repository not found (401: invalid or missing credentials)");
-    } else {
-      error(res, p, 404, "RepoNotFound", "Repository not found");
-    }
-    return false;
-  }
-  if (a.priv && !authorized) {
-    error(res, p, 401, "RepoNotFound",
-          has_auth ? "Invalid credentials in Authorization header" : "Repository not found");
-    return false;
-  }
-  if (a.gated && !authorized) {
-    error(res, p, 403, "GatedRepo",
-          "Access to model " + r.repo +
-              " is restricted. You must have access to it and be authenticated to access it.");
-    return false;
-  }
-  return true;
-}
-
 std::string HubServer::Impl::commit_header(const std::string& commit, const PendingPtr& p) {
   std::string hostile = switches.with([](Switches& sw) { return sw.hostile_commit; });
   if (hostile.empty()) return commit;
@@ -75,20 +45,49 @@ std::string HubServer::Impl::commit_header(const std::string& commit, const Pend
   return hostile;
 }
 
-bool HubServer::Impl::host_ok(const httplib::Request& req, httplib::Response& res,
-                              const PendingPtr& p, bool cdn_route) {
-  if (!opt.enforce_hosts || opt.hub_host == opt.cdn_host) return true;
-  std::string host = detail::strip_port(req.get_header_value("Host"));
-  const std::string& want = cdn_route ? opt.cdn_host : opt.hub_host;
-  if (host == want) return true;
-  p->rec.fault = "misdirected";
-  error(res, p, 421, "", "Misdirected request: " + host + " does not serve this route");
-  return false;
+void HubServer::Impl::redirect(httplib::Response& res, const PendingPtr& p,
+                               const std::string& location) {
+  res.status = 307;
+  res.set_header("Location", location);
+  set_body(res, p, "Temporary Redirect. Redirecting to " + location, "text/plain; charset=utf-8");
+}
+
+bool HubServer::Impl::redirect_alias(const httplib::Request& req, httplib::Response& res,
+                                     const PendingPtr& p, const Route& r) {
+  std::string to = switches.with([&](Switches& sw) {
+    auto it = sw.aliases.find(r.repo);
+    return it == sw.aliases.end() ? std::string() : it->second;
+  });
+  if (to.empty()) return false;
+  std::string head = r.kind == "api" ? std::string("/api/") + (r.dataset ? "datasets/" : "models/") +
+                                           detail::pct_encode(bare_id(to), true)
+                                     : "/" + detail::pct_encode(to, true);
+  redirect(res, p, head + req.target.substr(r.repo_end));
+  return true;
+}
+
+std::optional<fs::path> HubServer::Impl::entry_path(const Route& r, std::size_t file_from) {
+  bool safe = file_from < r.rev_segments.size();
+  for (std::size_t i = file_from; i < r.rev_segments.size(); ++i) {
+    const auto& s = r.rev_segments[i];
+    if (s.empty() || s == "." || s == "..") safe = false;
+    for (char c : s) {
+      if (static_cast<unsigned char>(c) < 0x20) safe = false;
+    }
+  }
+  if (detail::RepoStore::is_control_file(r.file)) safe = false;
+  fs::path path = repos.dir(r.repo_rel) / r.file;
+  std::error_code ec;
+  if (!safe || !fs::is_regular_file(path, ec)) return std::nullopt;
+  return path;
 }
 
 void HubServer::Impl::handle_resolve(const httplib::Request& req, httplib::Response& res,
                                      const PendingPtr& p, Route r) {
-  if (!host_ok(req, res, p, false) || !check_repo(req, res, p, r)) return;
+  if (!host_ok(req, res, p, false) || redirect_alias(req, res, p, r) ||
+      !check_repo(req, res, p, r)) {
+    return;
+  }
   repos.count_request(r.repo);
   // Revision: the first segment (refs%2Fpr%2F1 is one segment), or refs/x/y unencoded.
   std::string commit = repos.resolve_rev(r.repo, r.revision);
@@ -109,25 +108,20 @@ void HubServer::Impl::handle_resolve(const httplib::Request& req, httplib::Respo
     return;
   }
   res.set_header("X-Repo-Commit", commit_header(commit, p));
-  bool safe = file_from < r.rev_segments.size();
-  for (std::size_t i = file_from; i < r.rev_segments.size(); ++i) {
-    const auto& s = r.rev_segments[i];
-    if (s.empty() || s == "." || s == "..") safe = false;
-    for (char c : s) {
-      if (static_cast<unsigned char>(c) < 0x20) safe = false;
-    }
-  }
-  if (detail::RepoStore::is_control_file(r.file)) safe = false;
-  fs::path path = repos.dir(r.repo_rel) / r.file;
-  std::error_code ec;
-  if (!safe || !fs::is_regular_file(path, ec)) {
+  auto path = entry_path(r, file_from);
+  if (!path) {
     error(res, p, 404, "EntryNotFound", r.file + " does not exist on \"" + r.revision + "\"");
     return;
   }
-  auto size = static_cast<std::uint64_t>(fs::file_size(path, ec));
+  std::error_code ec;
+  auto size = static_cast<std::uint64_t>(fs::file_size(*path, ec));
   std::string repo_file = r.repo + "/" + r.file;
+  struct Shape {
+    bool lfs_without_etag, resolve_cache;
+  };
+  auto shape = switches.with([](Switches& sw) { return Shape{sw.lfs_without_etag, sw.resolve_cache}; });
   if (repos.is_lfs(r.file, size)) {
-    std::string sha = repos.register_blob(path, r.repo, r.file);
+    std::string sha = repos.register_blob(*path, r.repo, r.file);
     std::string pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:" + sha +
                           "\nsize " + std::to_string(size) + "\n";
     std::string url = make_cdn_url(sha);
@@ -140,65 +134,49 @@ void HubServer::Impl::handle_resolve(const httplib::Request& req, httplib::Respo
     });
     res.set_header("X-Linked-Etag", "\"" + claimed + "\"");
     res.set_header("X-Linked-Size", std::to_string(size));
-    res.set_header("ETag", "\"" + git_blob_sha1(pointer) + "\"");
+    if (!shape.lfs_without_etag) res.set_header("ETag", "\"" + git_blob_sha1(pointer) + "\"");
     res.set_header("Accept-Ranges", "bytes");
     set_body(res, p, "Found. Redirecting to " + url, "text/plain; charset=utf-8");
     return;
   }
-  std::string etag = "\"" + repos.git_blob(path) + "\"";
-  std::string ctype = ends_with(r.file, ".json") ? "application/json" : "text/plain; charset=utf-8";
-  serve_file(req, res, p, path, etag, false, ctype, repo_file);
+  std::string etag = "\"" + repos.git_blob(*path) + "\"";
+  if (shape.resolve_cache) {
+    // As huggingface.co: /api/resolve-cache/models/ORG/NAME/COMMIT/PATH?%2F...resolve...=&etag=..
+    std::string path_part = req.target.substr(0, req.target.find('?'));
+    redirect(res, p,
+             std::string("/api/resolve-cache/") + (r.dataset ? "datasets/" : "models/") +
+                 detail::pct_encode(bare_id(r.repo), true) + "/" + commit + "/" +
+                 detail::pct_encode(r.file, true) + "?" + detail::pct_encode(path_part, false) +
+                 "=&etag=" + detail::pct_encode(etag, false));
+    return;
+  }
+  serve_file(req, res, p, *path, etag, false, content_type_of(r.file), repo_file);
 }
 
-void HubServer::Impl::handle_cdn(const httplib::Request& req, httplib::Response& res,
-                                 const PendingPtr& p, const Route& r) {
-  if (!host_ok(req, res, p, true)) return;
-  auto cdn_error = [&](int status, const std::string& code, const std::string& msg) {
-    res.status = status;
-    set_body(res, p,
-             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code +
-                 "</Code><Message>" + msg + "</Message></Error>",
-             "application/xml");
-  };
-  std::string expires = query_param(req, "expires");
-  if (!repos.signature_ok(r.blob, expires, query_param(req, "sig"))) {
-    p->rec.fault = "bad_signature";
-    cdn_error(403, "AccessDenied", "Invalid signature");
+void HubServer::Impl::handle_resolve_cache(const httplib::Request& req, httplib::Response& res,
+                                           const PendingPtr& p, const Route& r) {
+  if (!host_ok(req, res, p, false) || !check_repo(req, res, p, r)) return;
+  std::string commit = repos.resolve_rev(r.repo, r.revision);
+  if (commit.empty()) {
+    error(res, p, 404, "RevisionNotFound", "Invalid rev id: " + r.revision);
     return;
   }
-  if (detail::epoch_ms() > std::strtoll(expires.c_str(), nullptr, 10)) {
-    p->rec.fault = "expired";
-    cdn_error(403, "AccessDenied", "Request has expired");
+  res.set_header("X-Repo-Commit", commit_header(commit, p));
+  auto path = entry_path(r, 1);
+  if (!path) {
+    error(res, p, 404, "EntryNotFound", r.file + " does not exist on \"" + r.revision + "\"");
     return;
   }
-  auto blob = repos.blob(r.blob);
-  if (!blob) {
-    cdn_error(404, "NoSuchKey", "The specified key does not exist.");
-    return;
-  }
-  p->rec.repo = blob->repo;
-  p->rec.file = blob->file;
-  const std::string blob_file = blob->repo + "/" + blob->file;
-  std::string etag = "\"" + r.blob + "\"";
-  bool changed = switches.with([&](Switches& sw) {
-    ++sw.cdn_count;
-    if (sw.etag_change_after >= 0 && sw.cdn_count > sw.etag_change_after) {
-      etag = changed_etag(r.blob);
-      p->rec.fault = "etag_changed";
-      return true;
-    }
-    if (sw.cdn_etag.when.take(req.target, blob_file)) {
-      etag = "\"" + sw.cdn_etag.value + "\"";
-      p->rec.fault = "cdn_etag";
-    }
-    return false;
-  });
-  serve_file(req, res, p, blob->path, etag, changed, "binary/octet-stream", blob_file);
+  serve_file(req, res, p, *path, "\"" + repos.git_blob(*path) + "\"", false,
+             content_type_of(r.file), r.repo + "/" + r.file);
 }
 
 void HubServer::Impl::handle_api(const httplib::Request& req, httplib::Response& res,
                                  const PendingPtr& p, const Route& r) {
-  if (!host_ok(req, res, p, false) || !check_repo(req, res, p, r)) return;
+  if (!host_ok(req, res, p, false) || redirect_alias(req, res, p, r) ||
+      !check_repo(req, res, p, r)) {
+    return;
+  }
   repos.count_request(r.repo);
   std::string commit = repos.resolve_rev(r.repo, r.revision);
   if (commit.empty()) {
@@ -208,7 +186,7 @@ void HubServer::Impl::handle_api(const httplib::Request& req, httplib::Response&
   auto [gated, priv] = switches.with([&](Switches& sw) {
     return std::pair(sw.gated.count(r.repo) > 0, sw.priv.count(r.repo) > 0);
   });
-  std::string id = r.repo.rfind("datasets/", 0) == 0 ? r.repo.substr(9) : r.repo;
+  std::string id = bare_id(r.repo);
   json siblings = json::array();
   for (const auto& f : repos.list_files(r.repo_rel)) siblings.push_back({{"rfilename", f}});
   json body = {{"_id", id},         {"id", id},
@@ -218,6 +196,19 @@ void HubServer::Impl::handle_api(const httplib::Request& req, httplib::Response&
   res.status = 200;
   res.set_header("X-Repo-Commit", commit_header(commit, p));
   set_body(res, p, body.dump(), "application/json; charset=utf-8");
+}
+
+bool HubServer::Impl::count_resolver(httplib::Response& res, const PendingPtr& p) {
+  auto verdict = switches.with([](Switches& sw) { return sw.ratelimit.count_one(); });
+  if (!verdict) return true;
+  res.set_header("RateLimit", verdict->ratelimit);
+  res.set_header("RateLimit-Policy", verdict->policy);
+  if (!verdict->limited) return true;
+  p->rec.fault = "ratelimit";
+  error(res, p, 429, "",
+        "You have exceeded our rate limit for \"resolvers\"; retry after the time in the "
+        "RateLimit header.");
+  return false;
 }
 
 void HubServer::Impl::handle(const httplib::Request& req, httplib::Response& res, HubServer& self) {
@@ -239,8 +230,9 @@ void HubServer::Impl::handle(const httplib::Request& req, httplib::Response& res
   if (auto fail = switches.with([&](Switches& sw) { return sw.take_fail(req.target, file); })) {
     p->rec.fault = "fail";
     if (fail->ratelimit_header) {
-      res.set_header("RateLimit", "\"api\";r=0;t=" + std::to_string(fail->retry_after_s));
-      res.set_header("RateLimit-Policy", "\"fixed window\";\"api\";q=500;w=300");
+      res.set_header("RateLimit", "\"resolvers\";r=0;t=" + std::to_string(fail->retry_after_s));
+      res.set_header("RateLimit-Policy",
+                     switches.with([](Switches& sw) { return sw.ratelimit.policy(); }));
     } else {
       res.set_header("Retry-After", std::to_string(fail->retry_after_s));
     }
@@ -248,14 +240,17 @@ void HubServer::Impl::handle(const httplib::Request& req, httplib::Response& res
           fail->status == 429 ? "Too Many Requests" : "Service Unavailable (injected)");
     return;
   }
-  if (r.kind == "resolve")
-    handle_resolve(req, res, p, r);
-  else if (r.kind == "cdn")
+  if (r.kind == "resolve") {
+    if (count_resolver(res, p)) handle_resolve(req, res, p, r);
+  } else if (r.kind == "resolve_cache") {
+    handle_resolve_cache(req, res, p, r);
+  } else if (r.kind == "cdn") {
     handle_cdn(req, res, p, r);
-  else if (r.kind == "api")
+  } else if (r.kind == "api") {
     handle_api(req, res, p, r);
-  else
+  } else {
     error(res, p, 404, "", "Not Found");
+  }
   switches.with([&](Switches& sw) {
     if (!sw.header.when.take(req.target, p->rec.repo + "/" + p->rec.file)) return;
     res.headers.erase(sw.header.name);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // HubServer::Impl: the state of one server (options, log, switches, repos, the httplib
 // server and its thread) and the members that answer requests. Its members are defined in
-// server.cc (lifecycle), response.cc (bodies and errors), routes.cc (resolve, cdn, api) and
-// admin.cc (/_admin). Private to tools/hubserver.
+// server.cc (lifecycle), response.cc (bodies and errors), routes.cc (resolve, resolve-cache,
+// api, dispatch), cdn.cc, access.cc (who may see a repo) and admin.cc (/_admin). Private to
+// tools/hubserver.
 #pragma once
 
 #include <httplib.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -70,25 +72,41 @@ struct HubServer::Impl {
   struct BodyPlan;
   bool write_body(const BodyPlan& plan, detail::Pending& p, httplib::DataSink& sink);
 
-  // ------------------------------------------------------------ routes (routes.cc)
-  /// Every logged route: latency, injected failures, dispatch, the header switch.
+  // ------------------------------------------------------------ routes (routes.cc, cdn.cc)
+  /// Every logged route: latency, injected failures, the rate limit, dispatch, the header
+  /// switch.
   void handle(const httplib::Request& req, httplib::Response& res, HubServer& self);
   void handle_resolve(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
                       detail::Route r);
+  void handle_resolve_cache(const httplib::Request& req, httplib::Response& res,
+                            const PendingPtr& p, const detail::Route& r);
   void handle_cdn(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
                   const detail::Route& r);
   void handle_api(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
                   const detail::Route& r);
-  /// Access checks shared by resolve and api. Returns false after writing an error.
-  bool check_repo(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
-                  const detail::Route& r);
+  /// Counts a resolve request in the "resolvers" window and sets the RateLimit headers;
+  /// false after writing the 429 past the quota.
+  bool count_resolver(httplib::Response& res, const PendingPtr& p);
+  /// A renamed repo or legacy id: writes the 307 to the same path under the new id.
+  bool redirect_alias(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
+                      const detail::Route& r);
+  /// A 307 to `location` (relative).
+  void redirect(httplib::Response& res, const PendingPtr& p, const std::string& location);
+  /// The file rev_segments[file_from...] names in the repo, if it is a servable file.
+  std::optional<std::filesystem::path> entry_path(const detail::Route& r, std::size_t file_from);
   /// The X-Repo-Commit value to send: the real commit, or what set_hostile_commit() asked for.
   std::string commit_header(const std::string& commit, const PendingPtr& p);
+  /// The absolute, signed CDN URL of a blob.
+  std::string make_cdn_url(const std::string& sha256);
+
+  // ------------------------------------------------------------ access (access.cc)
+  /// Who may see the repo (tokens, unknown, private, disabled, gated). Returns false after
+  /// writing the error the Hub would send.
+  bool check_repo(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
+                  const detail::Route& r);
   /// With enforce_hosts: 421 when a route is asked on the other host name.
   bool host_ok(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,
                bool cdn_route);
-  /// The absolute, signed CDN URL of a blob.
-  std::string make_cdn_url(const std::string& sha256);
 
   // ------------------------------------------------------------ admin (admin.cc)
   void handle_admin(const httplib::Request& req, httplib::Response& res, const PendingPtr& p,

@@ -3,7 +3,9 @@
 // and the faults they shape responses with. Private to tools/hubserver.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -31,6 +33,28 @@ struct BodyFaults {
   std::optional<OverlongMode> overlong;
   std::int64_t content_range_shift = 0;
   std::string fault;  ///< the log's name of the last fault applied ("" = none)
+};
+
+/// A fixed-window request counter ("resolvers" on the Hub).
+struct RateWindow {
+  int quota = 0;  ///< requests per window (0: off)
+  int window_s = 300;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::int64_t window = 0;  ///< index of the current window since start
+  int count = 0;            ///< requests counted in the current window
+
+  /// The headers of one counted request.
+  struct Verdict {
+    bool limited = false;  ///< past the quota: answer 429
+    std::string ratelimit;  ///< "resolvers";r=R;t=T
+    std::string policy;     ///< "fixed window";"resolvers";q=Q;w=W
+  };
+  /// Restarts the window now.
+  void configure(int quota, int window_s);
+  /// Counts one request now; nullopt when off.
+  std::optional<Verdict> count_one();
+  /// The policy header for Q and W (the Hub's 3000 and 300 when off).
+  std::string policy() const;
 };
 
 /// Every switch. Guarded by SwitchBoard.
@@ -88,14 +112,35 @@ struct Switches {
   std::string cdn_base;        ///< redirects to the CDN use this instead of scheme://cdn_host:port
   std::string hostile_commit;  ///< sent as X-Repo-Commit instead of the real one ("" = off)
 
-  /// The switches Options ask for (faults off).
+  // The real Hub (Options::real_hub and its parts).
+  bool lfs_without_etag = false;
+  bool xet_etags = false;
+  bool resolve_cache = false;
+  bool hub_errors = false;
+  std::map<std::string, std::string> aliases;
+  std::set<std::string> other_tokens, disabled;
+  RateWindow ratelimit;
+  struct CdnFault {  ///< cdn_fault: STATUS instead of the blob
+    Trigger when;
+    int status = 0;
+  } cdn_fault;
+
+  /// The switches Options ask for (faults off). Throws std::invalid_argument for bad aliases
+  /// or a bad CDN fault status.
   static Switches from(const Options& o);
+  /// Turns the profile's behaviours on or off (real_hub).
+  void set_real_hub(bool on);
 
   /// The body faults hitting this request (counted); `partial`: the answer is a 206.
   BodyFaults take_body_faults(const std::string& target, const std::string& file, bool partial);
   /// An injected error status for this request, if fail_next hits it (counted).
   std::optional<Fail> take_fail(const std::string& target, const std::string& file);
 };
+
+/// Checks an alias OLD → NEW (forms and kinds); throws std::invalid_argument.
+void check_alias(const std::string& old_id, const std::string& new_id);
+/// Checks a cdn_fault status (0, 400, 403, 416); throws std::invalid_argument.
+void check_cdn_fault_status(int status);
 
 /// The switches behind a mutex. Thread-safe.
 class SwitchBoard {
