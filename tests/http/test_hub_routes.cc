@@ -21,6 +21,23 @@ const std::string kShard = "model-00002-of-00003.safetensors";
 
 httplib::Headers range(const std::string& r) { return {{"Range", r}}; }
 
+// A request and the status and X-Error-Code it must get.
+struct ErrorCase {
+  std::string target;
+  int status;
+  std::string code;
+};
+
+void check_error_codes(httplib::Client& hub, const std::vector<ErrorCase>& cases) {
+  for (const auto& c : cases) {
+    INFO(c.target);
+    auto r = hub.Get(c.target.c_str());
+    REQUIRE(r);
+    CHECK(r->status == c.status);
+    CHECK(r->get_header_value("X-Error-Code") == c.code);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("git blob ids and default commits are computed like git", "[routes]") {
@@ -321,12 +338,7 @@ TEST_CASE("a .commit file sets the commit of main", "[routes]") {
 TEST_CASE("errors carry X-Error-Code", "[routes]") {
   Fixture f;
   auto hub = f.hub();
-  struct Case {
-    std::string target;
-    int status;
-    std::string code;
-  };
-  std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"/org/nope/resolve/main/config.json", 404, "RepoNotFound"},
       {"/nope/small/resolve/main/config.json", 404, "RepoNotFound"},
       {"/org/small/resolve/main/missing.json", 404, "EntryNotFound"},
@@ -339,13 +351,7 @@ TEST_CASE("errors carry X-Error-Code", "[routes]") {
       {"/org/small/blob/main/config.json", 404, ""},
       {"/", 404, ""},
   };
-  for (const auto& c : cases) {
-    INFO(c.target);
-    auto r = hub.Get(c.target.c_str());
-    REQUIRE(r);
-    CHECK(r->status == c.status);
-    CHECK(r->get_header_value("X-Error-Code") == c.code);
-  }
+  check_error_codes(hub, cases);
   // EntryNotFound still names the commit, like the Hub.
   auto r = hub.Get("/org/small/resolve/main/missing.json");
   REQUIRE(r);
@@ -530,13 +536,13 @@ TEST_CASE("warm_up hashes every file of every repo before any request", "[routes
 TEST_CASE("resolve_cache: a small file answers a relative 307 to /api/resolve-cache/..., which "
           "serves it with a git-sha1 ETag and X-Repo-Commit",
           "[routes][real_hub]") {
+  const std::string commit = default_commit(kSmall);
   Options opt;
   opt.resolve_cache = true;
   Fixture f(opt);
   auto& s = *f.server;
   const std::string config = read_file(f.root.file(kSmall, "config.json"));
   const std::string git = git_blob_sha1(config);
-  const std::string commit = default_commit(kSmall);
   const std::string location = "/api/resolve-cache/models/org/small/" + commit +
                                "/config.json?%2Forg%2Fsmall%2Fresolve%2Fmain%2Fconfig.json=&etag=%22" +
                                git + "%22";
@@ -575,25 +581,13 @@ TEST_CASE("resolve_cache: a small file answers a relative 307 to /api/resolve-ca
   CHECK(hub.Get(r->get_header_value("Location").c_str())->body == "# ds\n");
   CHECK(hub.Get("/org/small/resolve/main/model.safetensors")->status == 302);
   // Errors of the cache route, and the access rules of resolve.
-  struct Case {
-    std::string target;
-    int status;
-    std::string code;
-  };
-  const std::vector<Case> cases = {
+  check_error_codes(hub, {
       {"/api/resolve-cache/models/org/small/" + commit + "/missing.json", 404, "EntryNotFound"},
       {"/api/resolve-cache/models/org/small/" + std::string(40, 'e') + "/config.json", 404,
        "RevisionNotFound"},
       {"/api/resolve-cache/models/org/nope/" + commit + "/config.json", 404, "RepoNotFound"},
       {"/api/resolve-cache/models/org/small/" + commit + "/.refs", 404, "EntryNotFound"},
-  };
-  for (const auto& k : cases) {
-    INFO(k.target);
-    auto e = hub.Get(k.target.c_str());
-    REQUIRE(e);
-    CHECK(e->status == k.status);
-    CHECK(e->get_header_value("X-Error-Code") == k.code);
-  }
+  });
   s.set_token("tok");
   s.set_private_repos({kSmall});
   CHECK(hub.Get(location.c_str())->status == 401);
