@@ -95,10 +95,11 @@ bool HubServer::Impl::check_repo(const httplib::Request& req, httplib::Response&
               " is restricted. You must have access to it and be authenticated to access it. "
               "Please log in.");
   } else {
-    error(res, p, 403, "GatedRepo",
-          "Access to " + kind + " " + id +
-              " is restricted and you are not in the authorized list. Visit https://huggingface.co/" +
-              (r.dataset ? "datasets/" : "") + id + " to ask for access.");
+    error(
+        res, p, 403, "GatedRepo",
+        "Access to " + kind + " " + id +
+            " is restricted and you are not in the authorized list. Visit https://huggingface.co/" +
+            (r.dataset ? "datasets/" : "") + id + " to ask for access.");
   }
   return false;
 }

@@ -25,8 +25,8 @@ void HubServer::Impl::handle_cdn(const httplib::Request& req, httplib::Response&
   auto cdn_error = [&](int status, const std::string& code, const std::string& msg) {
     res.status = status;
     set_body(res, p,
-             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code + "</Code><Message>" +
-                 msg + "</Message></Error>",
+             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>" + code +
+                 "</Code><Message>" + msg + "</Message></Error>",
              "application/xml");
   };
   std::string expires = query_param(req, "expires");

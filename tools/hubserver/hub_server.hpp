@@ -113,7 +113,8 @@ struct RequestRecord {
   std::string user_agent;
   int client_port = 0;   // the client's port: one value per TCP connection
   std::string kind;      // "resolve", "resolve_cache", "cdn", "api" or "other"
-  std::string repo;      // "org/name" or "datasets/org/name" ("" = n/a; cdn: the blob's)
+  std::string repo;      // "org/name" or "datasets/org/name" as asked, or a legacy id ("gpt2")
+                         // ("" = n/a; cdn: the blob's)
   std::string revision;  // decoded revision asked for (resolve/api)
   std::string file;      // file path in the repo (cdn: of the blob, as last resolved)
   int status = 0;

@@ -59,9 +59,10 @@ bool HubServer::Impl::redirect_alias(const httplib::Request& req, httplib::Respo
     return it == sw.aliases.end() ? std::string() : it->second;
   });
   if (to.empty()) return false;
-  std::string head = r.kind == "api" ? std::string("/api/") + (r.dataset ? "datasets/" : "models/") +
-                                           detail::pct_encode(bare_id(to), true)
-                                     : "/" + detail::pct_encode(to, true);
+  std::string head = r.kind == "api"
+                         ? std::string("/api/") + (r.dataset ? "datasets/" : "models/") +
+                               detail::pct_encode(bare_id(to), true)
+                         : "/" + detail::pct_encode(to, true);
   redirect(res, p, head + req.target.substr(r.repo_end));
   return true;
 }
@@ -119,7 +120,9 @@ void HubServer::Impl::handle_resolve(const httplib::Request& req, httplib::Respo
   struct Shape {
     bool lfs_without_etag, resolve_cache;
   };
-  auto shape = switches.with([](Switches& sw) { return Shape{sw.lfs_without_etag, sw.resolve_cache}; });
+  auto shape = switches.with([](Switches& sw) {
+    return Shape{sw.lfs_without_etag, sw.resolve_cache};
+  });
   if (repos.is_lfs(r.file, size)) {
     std::string sha = repos.register_blob(*path, r.repo, r.file);
     std::string pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:" + sha +

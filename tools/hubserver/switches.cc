@@ -123,7 +123,8 @@ Switches Switches::from(const Options& o) {
   s.aliases = o.repo_aliases;
   s.other_tokens = {o.other_tokens.begin(), o.other_tokens.end()};
   s.disabled = {o.disabled_repos.begin(), o.disabled_repos.end()};
-  if (o.cdn_fault_status != 0) s.cdn_fault = {{o.cdn_fault_n, o.cdn_fault_match}, o.cdn_fault_status};
+  if (o.cdn_fault_status != 0)
+    s.cdn_fault = {{o.cdn_fault_n, o.cdn_fault_match}, o.cdn_fault_status};
   s.latency_ms = o.latency_ms;
   s.ignore_range = o.ignore_range;
   s.token = o.token;

@@ -45,7 +45,7 @@ struct RateWindow {
 
   /// The headers of one counted request.
   struct Verdict {
-    bool limited = false;  ///< past the quota: answer 429
+    bool limited = false;   ///< past the quota: answer 429
     std::string ratelimit;  ///< "resolvers";r=R;t=T
     std::string policy;     ///< "fixed window";"resolvers";q=Q;w=W
   };
