@@ -88,8 +88,6 @@ bool HubServer::Impl::write_body(const BodyPlan& plan, Pending& p, httplib::Data
   if (f.stall_at) limit = std::min(limit, *f.stall_at);
   std::vector<char> buf(256 * 1024);
   std::uint64_t sent = 0;
-  // A client that trusts Content-Length is done before the extra bytes arrive.
-  if (f.overlong == OverlongMode::ContentLength) log.commit(p);
   while (sent < limit) {
     if (stopping) {
       p.dropped = true;
@@ -128,6 +126,9 @@ bool HubServer::Impl::write_body(const BodyPlan& plan, Pending& p, httplib::Data
                 buf.begin() + static_cast<std::ptrdiff_t>(want), 'X');
       got = want;
     }
+    // With an overlong body the client is done (or has failed) as soon as it has the declared
+    // bytes: the record must be in the log before they go out (finish() amends its counts).
+    if (f.overlong && sent + got >= plan.length) log.commit(p);
     bool ok;
     if (chunked) {
       char head[32];
