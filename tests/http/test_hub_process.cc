@@ -78,13 +78,27 @@ struct Process {
     return line.substr(0, line.find('\n'));
   }
 
-  // Sends SIGTERM and returns the exit status (-1 if it did not exit normally).
-  int terminate() {
-    ::kill(pid, SIGTERM);
+  // The port of the endpoint the server printed ("http://localhost:PORT"); fails the test
+  // otherwise, showing its stderr.
+  int http_port() {
+    const std::string endpoint = first_line();
+    INFO(hubtest::read_file(err));
+    REQUIRE(endpoint.rfind("http://localhost:", 0) == 0);
+    return std::atoi(endpoint.substr(endpoint.rfind(':') + 1).c_str());
+  }
+
+  // Waits for the process to exit; returns its exit status (-1 if it did not exit normally).
+  int wait() {
     int status = 0;
     ::waitpid(pid, &status, 0);
     pid = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // Sends SIGTERM and returns the exit status (-1 if it did not exit normally).
+  int terminate() {
+    ::kill(pid, SIGTERM);
+    return wait();
   }
 };
 
@@ -102,10 +116,7 @@ TEST_CASE("the server process prints its endpoint, serves, logs, and stops on SI
   Process p({server_bin().string(), "--root", root.path().string(), "--latency-ms", "20", "--log",
              log.string(), "--cdn-host", "127.0.0.1", "--summary"},
             tmp.path / "stderr.txt");
-  const std::string endpoint = p.first_line();
-  INFO(read_file(tmp.path / "stderr.txt"));
-  REQUIRE(endpoint.rfind("http://localhost:", 0) == 0);
-  const int port = port_of(endpoint);
+  const int port = p.http_port();
 
   httplib::Client hub("localhost", port);
   auto r = hub.Get("/org/llama-tiny-sharded/resolve/main/model-00001-of-00003.safetensors");
@@ -159,9 +170,66 @@ TEST_CASE("the server process refuses bad arguments", "[process]") {
   Process p({server_bin().string(), "--root", (tmp.path / "missing").string()},
             tmp.path / "stderr.txt");
   CHECK(p.first_line(5000).empty());
-  int status = 0;
-  ::waitpid(p.pid, &status, 0);
-  p.pid = -1;
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
+  const int code = p.wait();
+  CHECK(code != 0);
+  CHECK(code != -1);
+}
+
+TEST_CASE("the server process answers as the real Hub with --real-hub, --alias, --disabled, "
+          "--other-token, --rate-limit and --cdn-fault",
+          "[process][real_hub]") {
+  Root root;
+  TempDir tmp;
+  Process p({server_bin().string(), "--root", root.path().string(), "--real-hub", "--alias",
+             "gpt2=org/small", "--alias", "datasets/squad=datasets/org/ds", "--disabled",
+             "org/llama-tiny-sharded", "--other-token", "hf_other", "--rate-limit", "100",
+             "--rate-window", "60", "--cdn-fault", "416", "--cdn-fault-n", "1"},
+            tmp.path / "stderr.txt");
+  const int port = p.http_port();
+  httplib::Client hub("localhost", port);
+  auto r = hub.Get("/gpt2/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->get_header_value("RateLimit") == "\"resolvers\";r=99;t=60");
+  CHECK(r->status == 307);
+  CHECK(r->get_header_value("Location") == "/org/small/resolve/main/config.json");
+  CHECK(r->get_header_value("RateLimit-Policy") == "\"fixed window\";\"resolvers\";q=100;w=60");
+  r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 307);  // to the resolve cache
+  CHECK(hub.Get("/datasets/squad/resolve/main/README.md")->status == 307);
+  r = hub.Get("/org/llama-tiny-sharded/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 403);
+  CHECK(r->get_header_value("X-Error-Message") == "Access to this resource is disabled.");
+  CHECK(hub.Get("/org/nope/resolve/main/config.json")->status == 401);
+  CHECK(hub.Get("/org/nope/resolve/main/config.json", {{"Authorization", "Bearer hf_other"}})->status ==
+        404);
+  r = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(r);
+  CHECK(r->status == 302);
+  CHECK_FALSE(r->has_header("ETag"));
+  httplib::Client cdn("127.0.0.1", port);
+  const std::string blob = target_of(r->get_header_value("Location"));
+  auto b = cdn.Get(blob.c_str(), {{"Range", "bytes=0-0"}});
+  REQUIRE(b);
+  CHECK(b->status == 416);
+  CHECK(b->get_header_value("Content-Range") == "bytes */" + std::to_string(kSmallModelSize));
+  b = cdn.Get(blob.c_str(), {{"Range", "bytes=0-0"}});
+  REQUIRE(b);
+  CHECK(b->status == 206);
+  CHECK(b->get_header_value("ETag").size() == 66);
+  CHECK(p.terminate() == 0);
+}
+
+TEST_CASE("the server process refuses a malformed --alias", "[process][real_hub]") {
+  Root root;
+  TempDir tmp;
+  for (const char* alias : {"gpt2", "gpt2=noorg"}) {
+    INFO(alias);
+    Process p({server_bin().string(), "--root", root.path().string(), "--alias", alias},
+              tmp.path / "stderr.txt");
+    CHECK(p.first_line(5000).empty());
+    CHECK(p.wait() == 1);
+    CHECK_THAT(read_file(tmp.path / "stderr.txt"), Catch::Contains("alias"));
+  }
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Routes of the test server: resolve (302 to the CDN / 200 direct), the CDN, ranges, HEAD,
-// revisions, errors with X-Error-Code, the API and dataset routes.
+// revisions, errors with X-Error-Code, the API and dataset routes; of the real-Hub profile:
+// resolve-cache redirects, renamed repos and legacy ids, the Hub's access errors.
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -12,12 +13,30 @@
 using namespace hubtest;
 using tensorfetch::testing::default_commit;
 using tensorfetch::testing::git_blob_sha1;
+using tensorfetch::testing::summarize;
 
 namespace {
 
 const std::string kShard = "model-00002-of-00003.safetensors";
 
 httplib::Headers range(const std::string& r) { return {{"Range", r}}; }
+
+// A request and the status and X-Error-Code it must get.
+struct ErrorCase {
+  std::string target;
+  int status;
+  std::string code;
+};
+
+void check_error_codes(httplib::Client& hub, const std::vector<ErrorCase>& cases) {
+  for (const auto& c : cases) {
+    INFO(c.target);
+    auto r = hub.Get(c.target.c_str());
+    REQUIRE(r);
+    CHECK(r->status == c.status);
+    CHECK(r->get_header_value("X-Error-Code") == c.code);
+  }
+}
 
 }  // namespace
 
@@ -319,12 +338,7 @@ TEST_CASE("a .commit file sets the commit of main", "[routes]") {
 TEST_CASE("errors carry X-Error-Code", "[routes]") {
   Fixture f;
   auto hub = f.hub();
-  struct Case {
-    std::string target;
-    int status;
-    std::string code;
-  };
-  std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"/org/nope/resolve/main/config.json", 404, "RepoNotFound"},
       {"/nope/small/resolve/main/config.json", 404, "RepoNotFound"},
       {"/org/small/resolve/main/missing.json", 404, "EntryNotFound"},
@@ -337,13 +351,7 @@ TEST_CASE("errors carry X-Error-Code", "[routes]") {
       {"/org/small/blob/main/config.json", 404, ""},
       {"/", 404, ""},
   };
-  for (const auto& c : cases) {
-    INFO(c.target);
-    auto r = hub.Get(c.target.c_str());
-    REQUIRE(r);
-    CHECK(r->status == c.status);
-    CHECK(r->get_header_value("X-Error-Code") == c.code);
-  }
+  check_error_codes(hub, cases);
   // EntryNotFound still names the commit, like the Hub.
   auto r = hub.Get("/org/small/resolve/main/missing.json");
   REQUIRE(r);
@@ -521,4 +529,268 @@ TEST_CASE("warm_up hashes every file of every repo before any request", "[routes
   const std::string sha = sha256_hex(read_file(f.root.file(kDataset, "data/train.safetensors")));
   CHECK(f.server->file_sha256(kDataset, "data/train.safetensors") == sha);
   CHECK(f.server->log().empty());
+}
+
+// ---------------------------------------------------------------- the real Hub (issue 9)
+
+TEST_CASE("resolve_cache: a small file answers a relative 307 to /api/resolve-cache/..., which "
+          "serves it with a git-sha1 ETag and X-Repo-Commit",
+          "[routes][real_hub]") {
+  const std::string commit = default_commit(kSmall);
+  Options opt;
+  opt.resolve_cache = true;
+  Fixture f(opt);
+  auto& s = *f.server;
+  const std::string config = read_file(f.root.file(kSmall, "config.json"));
+  const std::string git = git_blob_sha1(config);
+  const std::string location = "/api/resolve-cache/models/org/small/" + commit +
+                               "/config.json?%2Forg%2Fsmall%2Fresolve%2Fmain%2Fconfig.json=&etag=%22" +
+                               git + "%22";
+  auto hub = f.hub();
+  auto r = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(r);
+  CHECK(r->status == 307);
+  // cpp-httplib's client percent-decodes Location: the log has the header as sent.
+  CHECK(s.log().back().location == location);
+  CHECK(r->get_header_value("X-Repo-Commit") == commit);
+  CHECK_FALSE(r->has_header("ETag"));
+  CHECK(r->body == "Temporary Redirect. Redirecting to " + location);
+  auto c = hub.Get(location.c_str());
+  REQUIRE(c);
+  CHECK(c->status == 200);
+  CHECK(c->body == config);
+  CHECK(c->get_header_value("ETag") == "\"" + git + "\"");
+  CHECK(c->get_header_value("X-Repo-Commit") == commit);
+  CHECK(c->get_header_value("Content-Type") == "application/json");
+  c = hub.Get(location.c_str(), range("bytes=2-5"));
+  REQUIRE(c);
+  CHECK(c->status == 206);
+  CHECK(c->body == config.substr(2, 4));
+  CHECK(c->get_header_value("Content-Range") == "bytes 2-5/" + std::to_string(config.size()));
+  // Nested paths, datasets; LFS files still go to the CDN.
+  r = hub.Get("/org/small/resolve/main/sub/dir/notes.txt");
+  REQUIRE(r);
+  CHECK_THAT(r->get_header_value("Location"),
+             Catch::StartsWith("/api/resolve-cache/models/org/small/" + commit + "/sub/dir/notes.txt?"));
+  CHECK(hub.Get(r->get_header_value("Location").c_str())->body == "hello\n");
+  r = hub.Get("/datasets/org/ds/resolve/main/README.md");
+  REQUIRE(r);
+  CHECK_THAT(r->get_header_value("Location"),
+             Catch::StartsWith("/api/resolve-cache/datasets/org/ds/" + default_commit(kDataset) +
+                               "/README.md?"));
+  CHECK(hub.Get(r->get_header_value("Location").c_str())->body == "# ds\n");
+  CHECK(hub.Get("/org/small/resolve/main/model.safetensors")->status == 302);
+  // Errors of the cache route, and the access rules of resolve.
+  check_error_codes(hub, {
+      {"/api/resolve-cache/models/org/small/" + commit + "/missing.json", 404, "EntryNotFound"},
+      {"/api/resolve-cache/models/org/small/" + std::string(40, 'e') + "/config.json", 404,
+       "RevisionNotFound"},
+      {"/api/resolve-cache/models/org/nope/" + commit + "/config.json", 404, "RepoNotFound"},
+      {"/api/resolve-cache/models/org/small/" + commit + "/.refs", 404, "EntryNotFound"},
+  });
+  s.set_token("tok");
+  s.set_private_repos({kSmall});
+  CHECK(hub.Get(location.c_str())->status == 401);
+  CHECK(hub.Get(location.c_str(), {{"Authorization", "Bearer tok"}})->status == 200);
+  s.set_gated_repos({kSmall});
+  s.set_private_repos({});
+  CHECK(hub.Get(location.c_str())->get_header_value("X-Error-Code") == "GatedRepo");
+
+  auto log = s.log();
+  REQUIRE(log.size() == 15);
+  CHECK(log[0].kind == "resolve");
+  CHECK(log[0].status == 307);
+  CHECK(log[0].location == location);
+  CHECK(log[0].etag.empty());
+  CHECK(log[1].kind == "resolve_cache");
+  CHECK(log[1].repo == kSmall);
+  CHECK(log[1].revision == commit);
+  CHECK(log[1].file == "config.json");
+  CHECK(log[1].etag == "\"" + git + "\"");
+  CHECK(log[2].kind == "resolve_cache");
+  CHECK(log[2].content_range == "bytes 2-5/" + std::to_string(config.size()));
+  CHECK(summarize(log).resolve_requests == 4);  // resolve_cache is not a resolve
+  // Off at run time: served directly again.
+  s.set_gated_repos({});
+  s.set_resolve_cache(false);
+  CHECK(hub.Get("/org/small/resolve/main/config.json")->status == 200);
+}
+
+TEST_CASE("renamed repos and legacy ids: a relative 307 to the same path under the new id",
+          "[routes][real_hub]") {
+  Options opt;
+  opt.repo_aliases = {{"gpt2", "org/small"}, {"old/small", "org/small"}};
+  Fixture f(opt);
+  auto& s = *f.server;
+  auto hub = f.hub();
+  struct Case {
+    std::string from, to;
+  };
+  const std::vector<Case> cases = {
+      {"/gpt2/resolve/main/config.json?download=true", "/org/small/resolve/main/config.json?download=true"},
+      {"/gpt2/resolve/refs%2Fpr%2F1/sub/dir/notes.txt", "/org/small/resolve/refs%2Fpr%2F1/sub/dir/notes.txt"},
+      {"/old/small/resolve/main/model.safetensors", "/org/small/resolve/main/model.safetensors"},
+      {"/api/models/gpt2", "/api/models/org/small"},
+      {"/api/models/gpt2/revision/main", "/api/models/org/small/revision/main"},
+      {"/api/models/old/small?expand=sha", "/api/models/org/small?expand=sha"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.from);
+    auto r = hub.Get(c.from.c_str());
+    REQUIRE(r);
+    CHECK(r->status == 307);
+    CHECK(s.log().back().location == c.to);  // as sent (the client decodes Location)
+    CHECK_FALSE(r->has_header("X-Repo-Commit"));
+    CHECK_FALSE(r->has_header("X-Error-Code"));
+    CHECK(hub.Get(c.to.c_str())->status / 100 != 4);  // the new path answers
+  }
+  auto log = s.log();
+  REQUIRE(log.size() == 2 * cases.size());
+  CHECK(log[0].kind == "resolve");
+  CHECK(log[0].repo == "gpt2");
+  CHECK(log[0].status == 307);
+  CHECK(log[0].location == cases[0].to);
+  CHECK(log[6].kind == "api");
+  CHECK(log[6].repo == "gpt2");
+  s.clear_log();
+
+  // Legacy ids are routed without an alias too: the Hub's RepoNotFound. An org's directory is
+  // no repo.
+  for (const char* target : {"/bert-base-uncased/resolve/main/config.json", "/org/resolve/main/config.json",
+                             "/api/models/bert-base-uncased"}) {
+    INFO(target);
+    auto r = hub.Get(target);
+    REQUIRE(r);
+    CHECK(r->status == 404);
+    CHECK(r->get_header_value("X-Error-Code") == "RepoNotFound");
+  }
+  CHECK(s.log()[0].kind == "resolve");
+  CHECK(s.log()[0].repo == "bert-base-uncased");
+
+  // Datasets, removal, /_admin/set.
+  s.set_repo_alias("datasets/squad", "datasets/org/ds");
+  auto r = hub.Get("/datasets/squad/resolve/main/README.md");
+  REQUIRE(r);
+  CHECK(r->get_header_value("Location") == "/datasets/org/ds/resolve/main/README.md");
+  CHECK(hub.Get("/api/datasets/squad")->get_header_value("Location") == "/api/datasets/org/ds");
+  s.set_repo_alias("gpt2", "");
+  CHECK(hub.Get("/gpt2/resolve/main/config.json")->get_header_value("X-Error-Code") == "RepoNotFound");
+  REQUIRE(hub.Get("/_admin/set?alias=gpt2&to=org%2Fllama-tiny-sharded")->status == 200);
+  CHECK(hub.Get("/gpt2/resolve/main/config.json")->get_header_value("Location") ==
+        "/org/llama-tiny-sharded/resolve/main/config.json");
+  // Malformed aliases are refused, nothing changes.
+  CHECK_THROWS_AS(s.set_repo_alias("gpt2", "datasets/org/ds"), std::invalid_argument);
+  CHECK_THROWS_AS(s.set_repo_alias("gpt2", "noorg"), std::invalid_argument);
+  CHECK_THROWS_AS(s.set_repo_alias("a/b/c", "org/small"), std::invalid_argument);
+  CHECK_THROWS_AS(s.set_repo_alias("../x", "org/small"), std::invalid_argument);
+  CHECK_THROWS_AS(s.set_repo_aliases({{"ok", "org/small"}, {"bad", "x"}}), std::invalid_argument);
+  CHECK(hub.Get("/_admin/set?alias=gpt2&to=nope")->status == 400);
+  CHECK(hub.Get("/gpt2/resolve/main/config.json")->get_header_value("Location") ==
+        "/org/llama-tiny-sharded/resolve/main/config.json");
+  Options bad;
+  bad.repo_aliases = {{"gpt2", "gpt2"}};
+  CHECK_THROWS_AS(HubServer(bad), std::invalid_argument);
+}
+
+TEST_CASE("hub_errors: every access error as the Hub sends it (status, X-Error-Code, X-Error-Message, "
+          "JSON body)",
+          "[routes][real_hub]") {
+  Options opt;
+  opt.hub_errors = true;
+  opt.token = "hf_full";
+  opt.other_tokens = {"hf_other"};
+  opt.gated_repos = {kSharded};
+  opt.private_repos = {kDataset};
+  opt.disabled_repos = {"org/off"};
+  Fixture f(opt);
+  fs::create_directories(f.root.path() / "org" / "off");
+  std::ofstream(f.root.path() / "org" / "off" / "config.json") << "{}\n";
+  const std::string anonymous;
+  const std::string full = "Bearer hf_full", other = "Bearer hf_other", bad = "Bearer hf_bad";
+  const std::string gated_401 =
+      "Access to model org/llama-tiny-sharded is restricted. You must have access to it and be "
+      "authenticated to access it. Please log in.";
+  const std::string gated_403 =
+      "Access to model org/llama-tiny-sharded is restricted and you are not in the authorized "
+      "list. Visit https://huggingface.co/org/llama-tiny-sharded to ask for access.";
+  const std::string ds_cache = "/api/resolve-cache/datasets/org/ds/" + default_commit(kDataset) + "/README.md";
+  struct Case {
+    std::string name, target, auth;
+    int status;
+    std::string code, message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown repo, anonymous", "/org/nope/resolve/main/config.json", anonymous, 401, "RepoNotFound",
+       "Invalid username or password."},
+      {"unknown repo, valid token", "/org/nope/resolve/main/config.json", other, 404, "RepoNotFound",
+       "Repository not found"},
+      {"unknown repo, full token", "/api/models/org/nope", full, 404, "RepoNotFound",
+       "Repository not found"},
+      {"unknown repo (api), anonymous", "/api/models/org/nope", anonymous, 401, "RepoNotFound",
+       "Invalid username or password."},
+      {"invalid token, public repo", "/org/small/resolve/main/config.json", bad, 401, "",
+       "Invalid credentials in Authorization header"},
+      {"invalid token, unknown repo", "/org/nope/resolve/main/config.json", bad, 401, "",
+       "Invalid credentials in Authorization header"},
+      {"invalid token, api", "/api/models/org/small", "Basic eDp5", 401, "",
+       "Invalid credentials in Authorization header"},
+      {"private, anonymous", "/datasets/org/ds/resolve/main/README.md", anonymous, 401, "RepoNotFound",
+       "Invalid username or password."},
+      {"private, valid token", "/datasets/org/ds/resolve/main/README.md", other, 404, "RepoNotFound",
+       "Repository not found"},
+      {"private, full token", "/datasets/org/ds/resolve/main/README.md", full, 200, "", ""},
+      {"private resolve-cache, anonymous", ds_cache, anonymous, 401, "RepoNotFound",
+       "Invalid username or password."},
+      {"private resolve-cache, full token", ds_cache, full, 200, "", ""},
+      {"gated, anonymous", "/org/llama-tiny-sharded/resolve/main/config.json", anonymous, 401, "GatedRepo",
+       gated_401},
+      {"gated, valid token", "/org/llama-tiny-sharded/resolve/main/config.json", other, 403, "GatedRepo",
+       gated_403},
+      {"gated, full token", "/org/llama-tiny-sharded/resolve/main/config.json", full, 200, "", ""},
+      {"gated metadata is public", "/api/models/org/llama-tiny-sharded", anonymous, 200, "", ""},
+      {"disabled, anonymous", "/org/off/resolve/main/config.json", anonymous, 403, "",
+       "Access to this resource is disabled."},
+      {"disabled, full token", "/api/models/org/off", full, 403, "", "Access to this resource is disabled."},
+      {"revision", "/org/small/resolve/v9/config.json", anonymous, 404, "RevisionNotFound",
+       "Invalid rev id: v9"},
+      {"entry", "/org/small/resolve/main/nope.json", other, 404, "EntryNotFound",
+       "nope.json does not exist on \"main\""},
+  };
+  auto hub = f.hub();
+  for (const auto& c : cases) {
+    INFO(c.name << ": " << c.target);
+    httplib::Headers h;
+    if (!c.auth.empty()) h.emplace("Authorization", c.auth);
+    auto r = hub.Get(c.target.c_str(), h);
+    REQUIRE(r);
+    CHECK(r->status == c.status);
+    CHECK(r->get_header_value("X-Error-Code") == c.code);
+    CHECK(r->has_header("X-Error-Code") == !c.code.empty());
+    CHECK(r->get_header_value("X-Error-Message") == c.message);
+    if (c.status >= 400) {
+      CHECK(r->get_header_value("Content-Type") == "application/json");
+      CHECK(r->body == nlohmann::json{{"error", c.message}}.dump());
+    }
+  }
+  // EntryNotFound names the commit.
+  CHECK(hub.Get("/org/small/resolve/main/nope.json")->get_header_value("X-Repo-Commit") ==
+        default_commit(kSmall));
+  auto gated = nlohmann::json::parse(hub.Get("/api/models/org/llama-tiny-sharded")->body);
+  CHECK(gated["gated"] == "manual");
+  auto log = f.server->log();
+  REQUIRE(log.size() == cases.size() + 2);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    INFO(cases[i].name);
+    CHECK(log[i].status == cases[i].status);
+    CHECK(log[i].error_code == cases[i].code);
+    CHECK(log[i].authorization == !cases[i].auth.empty());
+  }
+  // Off at run time: the test server's older answers (an unknown repo is a 404; a bad token on a
+  // public repo is ignored).
+  f.server->set_hub_errors(false);
+  CHECK(hub.Get("/org/nope/resolve/main/config.json")->status == 404);
+  CHECK(hub.Get("/org/small/resolve/main/config.json", {{"Authorization", bad}})->status == 200);
+  REQUIRE(hub.Get("/_admin/set?hub_errors=1&other_tokens=hf_x,hf_y")->status == 200);
+  CHECK(hub.Get("/org/nope/resolve/main/config.json", {{"Authorization", "Bearer hf_y"}})->status == 404);
+  CHECK(hub.Get("/org/nope/resolve/main/config.json", {{"Authorization", other}})->status == 401);
 }

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The test server's switches: latency, ignored ranges, 429/503, dropped connections, stalls,
 // wrong Content-Range, overlong bodies, ETag changes, gated/private repos, expiring CDN URLs,
-// host enforcement, a hostile X-Repo-Commit, a lying X-Linked-Etag, a Xet-like CDN ETag.
+// host enforcement, a hostile X-Repo-Commit, a lying X-Linked-Etag, a Xet-like CDN ETag; the
+// real-Hub profile: LFS redirects without ETag, Xet ETags, the resolvers rate limit, CDN
+// faults, disabled repos, the profile as a whole.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <thread>
 
 #include "http_util.hpp"
 
 using namespace hubtest;
+using tensorfetch::testing::default_commit;
+using tensorfetch::testing::git_blob_sha1;
 using tensorfetch::testing::OverlongMode;
 using tensorfetch::testing::round_trips;
 using tensorfetch::testing::summarize;
@@ -162,7 +167,10 @@ TEST_CASE("fail_next answers 429/503 with Retry-After or RateLimit", "[switches]
   REQUIRE(r);
   CHECK(r->status == 429);
   CHECK_FALSE(r->has_header("Retry-After"));
-  CHECK(r->get_header_value("RateLimit") == "\"api\";r=0;t=42");
+  // The shape the Hub sends: bucket "resolvers" and its policy (the Hub's q and w while the
+  // server's own rate limit is off), no Retry-After.
+  CHECK(r->get_header_value("RateLimit") == "\"resolvers\";r=0;t=42");
+  CHECK(r->get_header_value("RateLimit-Policy") == "\"fixed window\";\"resolvers\";q=3000;w=300");
 
   // Only matching requests: the CDN fails, the resolve does not.
   s.fail_next(1, 503, 1, false, "/cdn/");
@@ -193,7 +201,7 @@ TEST_CASE("fail_next answers 429/503 with Retry-After or RateLimit", "[switches]
   CHECK(log[0].fault == "fail");
   CHECK(log[0].retry_after == "7");
   CHECK(log[2].fault.empty());
-  CHECK(log[3].retry_after == "\"api\";r=0;t=42");
+  CHECK(log[3].retry_after == "\"resolvers\";r=0;t=42");
   CHECK(log[4].status == 302);
   CHECK(log[5].status == 503);
   CHECK(log[5].kind == "cdn");
@@ -736,4 +744,342 @@ TEST_CASE("set_header replaces a response header with a hostile value on matchin
   CHECK(log[1].content_range == hostile);
   CHECK(log[2].fault == "header");
   CHECK(log[3].fault.empty());
+}
+
+// ---------------------------------------------------------------- the real Hub (issue 9)
+
+namespace {
+
+// r and t of a `RateLimit: "resolvers";r=R;t=T` value ({-1, -1} if it is not of that shape).
+std::pair<int, int> rate_rt(const std::string& v) {
+  int r = -1, t = -1;
+  if (std::sscanf(v.c_str(), "\"resolvers\";r=%d;t=%d", &r, &t) != 2) return {-1, -1};
+  return {r, t};
+}
+
+std::string shard_path(const std::string& shard) {
+  return "/" + std::string(kSharded) + "/resolve/main/" + shard;
+}
+
+}  // namespace
+
+TEST_CASE("lfs_without_etag: an LFS 302 has Location, X-Repo-Commit, X-Linked-Etag, X-Linked-Size "
+          "and no ETag",
+          "[switches][real_hub]") {
+  Options opt;
+  opt.lfs_without_etag = true;
+  Fixture f(opt);
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSharded, kShard1));
+  const std::string sha = sha256_hex(content);
+  auto hub = f.hub();
+  auto r = hub.Get(shard_path(kShard1).c_str());
+  REQUIRE(r);
+  CHECK(r->status == 302);
+  CHECK_THAT(r->get_header_value("Location"),
+             Catch::StartsWith(s.cdn_endpoint() + "/cdn/" + sha + "?expires="));
+  CHECK(r->get_header_value("X-Repo-Commit") == default_commit(kSharded));
+  CHECK(r->get_header_value("X-Linked-Etag") == "\"" + sha + "\"");
+  CHECK(r->get_header_value("X-Linked-Size") == std::to_string(content.size()));
+  CHECK_FALSE(r->has_header("ETag"));
+  // Small files keep their git-blob ETag.
+  auto small = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(small);
+  CHECK(small->status == 200);
+  CHECK(small->get_header_value("ETag") == "\"" + git_blob_sha1(read_file(f.root.file(kSmall, "config.json"))) + "\"");
+  // Off at run time (the pointer's git id again), on through /_admin/set.
+  s.set_lfs_without_etag(false);
+  r = hub.Get(shard_path(kShard1).c_str());
+  REQUIRE(r);
+  CHECK(r->get_header_value("ETag").size() == 42);
+  REQUIRE(hub.Get("/_admin/set?lfs_without_etag=1")->status == 200);
+  r = hub.Get(shard_path(kShard1).c_str());
+  REQUIRE(r);
+  CHECK_FALSE(r->has_header("ETag"));
+  auto log = s.log();
+  REQUIRE(log.size() == 4);
+  CHECK(log[0].status == 302);
+  CHECK(log[0].etag.empty());
+  CHECK(log[0].fault.empty());
+  CHECK(log[2].etag.size() == 42);
+  CHECK(log[3].etag.empty());
+}
+
+TEST_CASE("xet_etags: the CDN's 200/206 carry a 64-hex ETag that is not the sha256; If-Match is "
+          "checked against it",
+          "[switches][real_hub]") {
+  Fixture f;
+  auto& s = *f.server;
+  s.set_xet_etags(true);
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string sha = sha256_hex(content);
+  const std::string xet = HubServer::xet_etag(sha);
+  CHECK(xet == "\"" + sha256_hex("xet:" + sha) + "\"");
+  CHECK(xet.size() == 66);
+  CHECK(xet != "\"" + sha + "\"");
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  auto r = cdn.Get(target.c_str());
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->get_header_value("ETag") == xet);
+  CHECK(r->body == content);
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}, {"If-Match", xet}});
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->get_header_value("ETag") == xet);
+  CHECK(r->get_header_value("Content-Range") == "bytes 0-9/" + std::to_string(content.size()));
+  CHECK(r->body == content.substr(0, 10));
+  // The sha256 is no CDN ETag: If-Match with it fails.
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}, {"If-Match", "\"" + sha + "\""}});
+  REQUIRE(r);
+  CHECK(r->status == 412);
+  CHECK(r->get_header_value("ETag") == xet);
+  // The Hub still names the sha256 in X-Linked-Etag.
+  auto hub = f.hub();
+  auto res = hub.Get("/org/small/resolve/main/model.safetensors");
+  REQUIRE(res);
+  CHECK(res->get_header_value("X-Linked-Etag") == "\"" + sha + "\"");
+  auto log = s.log();
+  REQUIRE(log.size() == 5);
+  CHECK(log[1].etag == xet);
+  CHECK(log[2].etag == xet);
+  CHECK(log[2].if_match == xet);
+  CHECK(log[3].status == 412);
+  for (const auto& rec : log) CHECK(rec.fault.empty());
+  REQUIRE(hub.Get("/_admin/set?xet_etags=0")->status == 200);
+  r = cdn.Get(target.c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(r);
+  CHECK(r->get_header_value("ETag") == "\"" + sha + "\"");
+}
+
+TEST_CASE("rate limit: every resolve response carries RateLimit and RateLimit-Policy; past the quota "
+          "a 429 without Retry-After; a fixed window; CDN requests do not count",
+          "[switches][real_hub]") {
+  Fixture f;
+  auto& s = *f.server;
+  s.set_resolve_cache(true);
+  s.set_rate_limit(3, 2);
+  const std::string policy = "\"fixed window\";\"resolvers\";q=3;w=2";
+  auto hub = f.hub();
+  auto cdn = f.cdn();
+  auto lfs = hub.Get(shard_path(kShard1).c_str());  // a 302
+  REQUIRE(lfs);
+  CHECK(lfs->status == 302);
+  auto small = hub.Get("/org/small/resolve/main/config.json");  // a 307
+  REQUIRE(small);
+  CHECK(small->status == 307);
+  auto missing = hub.Get("/org/small/resolve/main/missing.json");  // an error
+  REQUIRE(missing);
+  CHECK(missing->status == 404);
+  int r = 2;
+  for (const auto* res : {&lfs, &small, &missing}) {
+    auto [rr, t] = rate_rt((*res)->get_header_value("RateLimit"));
+    CHECK(rr == r--);
+    CHECK((t >= 1 && t <= 2));
+    CHECK((*res)->get_header_value("RateLimit-Policy") == policy);
+  }
+  // Not counted: the CDN, the resolve cache, the API.
+  auto blob = cdn.Get(target_of(lfs->get_header_value("Location")).c_str(), {{"Range", "bytes=0-9"}});
+  REQUIRE(blob);
+  CHECK(blob->status == 206);
+  CHECK_FALSE(blob->has_header("RateLimit"));
+  auto cached = hub.Get(small->get_header_value("Location").c_str());
+  REQUIRE(cached);
+  CHECK(cached->status == 200);
+  CHECK_FALSE(cached->has_header("RateLimit"));
+  auto api = hub.Get("/api/models/org/small");
+  REQUIRE(api);
+  CHECK_FALSE(api->has_header("RateLimit"));
+  // The fourth resolve of the window.
+  auto limited = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(limited);
+  CHECK(limited->status == 429);
+  auto [r0, left] = rate_rt(limited->get_header_value("RateLimit"));
+  CHECK(r0 == 0);
+  CHECK((left >= 1 && left <= 2));
+  CHECK(limited->get_header_value("RateLimit-Policy") == policy);
+  CHECK_FALSE(limited->has_header("Retry-After"));
+  CHECK_FALSE(limited->has_header("X-Error-Code"));
+  CHECK_FALSE(limited->get_header_value("X-Error-Message").empty());
+  CHECK(limited->get_header_value("Content-Type") == "application/json");
+  // After the window: a fresh quota.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000 * left + 150));
+  auto again = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(again);
+  CHECK(again->status == 307);
+  CHECK(rate_rt(again->get_header_value("RateLimit")).first == 2);
+
+  auto log = s.log();
+  REQUIRE(log.size() == 8);
+  CHECK(log[0].retry_after == lfs->get_header_value("RateLimit"));  // the log shows RateLimit
+  CHECK(log[6].status == 429);
+  CHECK(log[6].kind == "resolve");
+  CHECK(log[6].fault == "ratelimit");
+  CHECK(log[6].error_code.empty());
+  CHECK(log[6].retry_after == "\"resolvers\";r=0;t=" + std::to_string(left));
+  CHECK(log[7].fault.empty());
+
+  // Off; then a quota of 1 per second through /_admin/set.
+  s.set_rate_limit(0);
+  CHECK_FALSE(hub.Get("/org/small/resolve/main/config.json")->has_header("RateLimit"));
+  REQUIRE(hub.Get("/_admin/set?rate_limit=1&window_s=1")->status == 200);
+  CHECK(rate_rt(hub.Get("/org/small/resolve/main/config.json")->get_header_value("RateLimit")).first == 0);
+  auto second = hub.Get("/org/small/resolve/main/config.json");
+  REQUIRE(second);
+  CHECK(second->status == 429);
+  CHECK(second->get_header_value("RateLimit") == "\"resolvers\";r=0;t=1");
+  CHECK(second->get_header_value("RateLimit-Policy") == "\"fixed window\";\"resolvers\";q=1;w=1");
+}
+
+TEST_CASE("cdn_fault: valid CDN requests answered 416 (Content-Range with the real size), 400, or 403 "
+          "SignatureError, without the URL being expired",
+          "[switches][real_hub]") {
+  Fixture f;
+  auto& s = *f.server;
+  const std::string content = read_file(f.root.file(kSmall, "model.safetensors"));
+  const std::string size = std::to_string(content.size());
+  const std::string target = f.cdn_target(kSmall, "model.safetensors");
+  auto cdn = f.cdn();
+  const httplib::Headers range{{"Range", "bytes=0-9"}};
+  s.cdn_fault(416);
+  auto r = cdn.Get(target.c_str(), range);
+  REQUIRE(r);
+  CHECK(r->status == 416);
+  CHECK(r->get_header_value("Content-Range") == "bytes */" + size);
+  CHECK(r->body.find("<Code>InvalidRange</Code>") != std::string::npos);
+  r = cdn.Get(target.c_str(), range);  // n = 1: the same URL works again
+  REQUIRE(r);
+  CHECK(r->status == 206);
+  CHECK(r->body == content.substr(0, 10));
+
+  s.cdn_fault(400, 2, "model.safetensors");
+  auto hub = f.hub();
+  CHECK(hub.Get("/org/small/resolve/main/model.safetensors")->status == 302);  // the Hub is fine
+  for (int i = 0; i < 2; ++i) {
+    r = cdn.Get(target.c_str(), range);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+  }
+  CHECK(cdn.Get(target.c_str(), range)->status == 206);
+
+  s.cdn_fault(403);
+  r = cdn.Get(target.c_str(), range);
+  REQUIRE(r);
+  CHECK(r->status == 403);
+  CHECK(r->body.find("SignatureError") != std::string::npos);
+  CHECK(r->body.find("expired") == std::string::npos);
+  CHECK(cdn.Get(target.c_str(), range)->status == 206);
+
+  // Through /_admin/set; status 0 turns it off; other statuses are refused.
+  REQUIRE(hub.Get("/_admin/set?cdn_fault=416&n=-1&match=/cdn/")->status == 200);
+  CHECK(cdn.Get(target.c_str(), range)->status == 416);
+  CHECK(cdn.Get(target.c_str(), range)->status == 416);
+  s.cdn_fault(0);
+  CHECK(cdn.Get(target.c_str(), range)->status == 206);
+  CHECK_THROWS_AS(s.cdn_fault(500), std::invalid_argument);
+  CHECK(hub.Get("/_admin/set?cdn_fault=404")->status == 400);
+  Options bad;
+  bad.cdn_fault_status = 502;
+  CHECK_THROWS_AS(HubServer(bad), std::invalid_argument);
+
+  auto log = s.log();
+  REQUIRE(log.size() == 12);
+  CHECK(log[1].kind == "cdn");
+  CHECK(log[1].repo == kSmall);
+  CHECK(log[1].status == 416);
+  CHECK(log[1].fault == "cdn_fault");
+  CHECK(log[1].content_range == "bytes */" + size);
+  CHECK(log[2].fault.empty());
+  CHECK(log[3].fault.empty());  // the resolve
+  CHECK(log[4].fault == "cdn_fault");
+  CHECK(log[4].status == 400);
+  CHECK(log[7].status == 403);
+  CHECK(log[7].fault == "cdn_fault");
+}
+
+TEST_CASE("disabled repos answer 403 'Access to this resource is disabled.' without X-Error-Code",
+          "[switches][real_hub]") {
+  Options opt;
+  opt.disabled_repos = {kSmall};
+  Fixture f(opt);
+  auto& s = *f.server;
+  auto hub = f.hub();
+  for (const char* target : {"/org/small/resolve/main/config.json", "/api/models/org/small"}) {
+    auto r = hub.Get(target);
+    REQUIRE(r);
+    CHECK(r->status == 403);
+    CHECK_FALSE(r->has_header("X-Error-Code"));
+    CHECK(r->get_header_value("X-Error-Message") == "Access to this resource is disabled.");
+    CHECK(r->body == "{\"error\":\"Access to this resource is disabled.\"}");
+  }
+  CHECK(hub.Get("/org/llama-tiny-sharded/resolve/main/config.json")->status == 200);
+  REQUIRE(hub.Get("/_admin/set?disabled=org%2Fllama-tiny-sharded,datasets%2Forg%2Fds")->status == 200);
+  CHECK(hub.Get("/org/llama-tiny-sharded/resolve/main/config.json")->status == 403);
+  CHECK(hub.Get("/datasets/org/ds/resolve/main/README.md")->status == 403);
+  CHECK(hub.Get("/org/small/resolve/main/config.json")->status == 200);
+  s.set_disabled_repos({});
+  CHECK(hub.Get("/datasets/org/ds/resolve/main/README.md")->status == 200);
+  auto log = s.log();
+  REQUIRE(log.size() == 7);
+  CHECK(log[0].status == 403);
+  CHECK(log[0].error_code.empty());
+}
+
+TEST_CASE("real_hub turns on every behaviour; set_real_hub and reset_switches", "[switches][real_hub]") {
+  Options opt;
+  opt.real_hub = true;
+  Fixture f(opt);
+  auto& s = *f.server;
+  const std::string sha = sha256_hex(read_file(f.root.file(kSmall, "model.safetensors")));
+  auto hub = f.hub();
+  auto cdn = f.cdn();
+  const auto check_on = [&] {
+    auto lfs = hub.Get("/org/small/resolve/main/model.safetensors");
+    REQUIRE(lfs);
+    CHECK(lfs->status == 302);
+    CHECK_FALSE(lfs->has_header("ETag"));
+    CHECK(rate_rt(lfs->get_header_value("RateLimit")).first >= 2990);
+    CHECK(lfs->get_header_value("RateLimit-Policy") == "\"fixed window\";\"resolvers\";q=3000;w=300");
+    auto blob = cdn.Get(target_of(lfs->get_header_value("Location")).c_str(), {{"Range", "bytes=0-0"}});
+    REQUIRE(blob);
+    CHECK(blob->get_header_value("ETag") == HubServer::xet_etag(sha));
+    auto small = hub.Get("/org/small/resolve/main/config.json");
+    REQUIRE(small);
+    CHECK(small->status == 307);
+    CHECK_THAT(small->get_header_value("Location"), Catch::StartsWith("/api/resolve-cache/models/org/small/"));
+    auto unknown = hub.Get("/org/nope/resolve/main/config.json");
+    REQUIRE(unknown);
+    CHECK(unknown->status == 401);
+    CHECK(unknown->get_header_value("X-Error-Code") == "RepoNotFound");
+    auto bad = hub.Get("/org/small/resolve/main/config.json", {{"Authorization", "Bearer hf_bad"}});
+    REQUIRE(bad);
+    CHECK(bad->status == 401);
+    CHECK(bad->get_header_value("X-Error-Message") == "Invalid credentials in Authorization header");
+  };
+  const auto check_off = [&] {
+    auto lfs = hub.Get("/org/small/resolve/main/model.safetensors");
+    REQUIRE(lfs);
+    CHECK(lfs->get_header_value("ETag").size() == 42);
+    CHECK_FALSE(lfs->has_header("RateLimit"));
+    auto blob = cdn.Get(target_of(lfs->get_header_value("Location")).c_str(), {{"Range", "bytes=0-0"}});
+    REQUIRE(blob);
+    CHECK(blob->get_header_value("ETag") == "\"" + sha + "\"");
+    CHECK(hub.Get("/org/small/resolve/main/config.json")->status == 200);
+    CHECK(hub.Get("/org/nope/resolve/main/config.json")->status == 404);
+    CHECK(hub.Get("/org/small/resolve/main/config.json", {{"Authorization", "Bearer hf_bad"}})->status == 200);
+  };
+  SECTION("from Options, off and on at run time") {
+    check_on();
+    s.set_real_hub(false);
+    check_off();
+    s.set_real_hub(true);
+    check_on();
+  }
+  SECTION("through /_admin/set; reset_switches restores the Options") {
+    REQUIRE(hub.Get("/_admin/set?real_hub=0")->status == 200);
+    check_off();
+    s.reset_switches();
+    check_on();
+  }
 }

@@ -13,8 +13,12 @@
 //            small files: 200/206 directly with a git-blob ETag and X-Repo-Commit.
 //   GET|HEAD /cdn/{sha256}?expires=MS&sig=HEX  the blob, ETag "<sha256>", If-Match (412), Range.
 //   GET      /api/models/{org}/{name}[/revision/{rev}]  (and /api/datasets/...) repo info JSON.
+//   GET|HEAD /api/resolve-cache/{models|datasets}/{org}/{name}/{commit}/{path...}  a small
+//            file (where resolve_cache redirects), git-blob ETag, X-Repo-Commit, Range.
 //   GET      /_admin/log | /_admin/clear | /_admin/stats | /_admin/set?...  (never logged)
 // Errors carry X-Error-Code: RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo.
+// The real-Hub profile (Options::real_hub, --real-hub) answers as huggingface.co does today
+// (Xet era): see the Options below and tools/hubserver/README.md.
 //
 // Every request is recorded (RequestRecord) in memory and optionally appended as one JSON
 // line to a file. Thread-safe: all setters may be called while requests are in flight.
@@ -22,6 +26,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -68,6 +73,28 @@ struct Options {
   std::vector<std::string> private_repos;  // 401 unless "Bearer <token>"
   bool unknown_repo_401 = false;    // like the real Hub: unknown repo without a token → 401
   std::int64_t cdn_url_ttl_ms = 0;  // signed CDN URLs expire after this (0: 1 year) → 403
+
+  // --- The real Hub as it answers today (issue 9). `real_hub` turns on lfs_without_etag,
+  // xet_etags, resolve_cache, hub_errors and the "resolvers" rate limit (q=3000, w=300 unless
+  // ratelimit_quota is set). Aliases, disabled repos, other tokens and CDN faults need data
+  // of their own and are given separately (they work with or without the profile).
+  bool real_hub = false;
+  bool lfs_without_etag = false;  // resolve 302 of an LFS file carries no ETag of its own
+  bool xet_etags = false;         // CDN ETag "<sha256 of 'xet:' + sha256>" (xet_etag()), not the
+                                  // sha256; If-Match is compared to it
+  bool resolve_cache = false;     // small (git) files: relative 307 to /api/resolve-cache/...
+  // OLD → NEW repo ids: /OLD/resolve/... and /api/models/OLD... answer a relative 307 to the
+  // same path under NEW (query kept). OLD: "gpt2", "org/old", "datasets/squad",
+  // "datasets/org/old"; NEW: "org/new" or "datasets/org/new" (same kind as OLD).
+  std::map<std::string, std::string> repo_aliases;
+  int ratelimit_quota = 0;     // "resolvers" requests per fixed window (0: no rate limit)
+  int ratelimit_window_s = 300;  // the window (tests: 1-3 s)
+  bool hub_errors = false;     // access errors exactly as the Hub sends them (README, "Errors")
+  std::vector<std::string> other_tokens;    // valid accounts without access to gated/private
+  std::vector<std::string> disabled_repos;  // 403 "Access to this resource is disabled."
+  int cdn_fault_status = 0;  // 400, 403 (SignatureError) or 416 on CDN requests (0: off) ...
+  int cdn_fault_n = -1;      // ... for this many matching requests (-1: every one)
+  std::string cdn_fault_match;
 };
 
 // One request, as the server saw it. Times are ms since start(), monotonic.
@@ -85,8 +112,9 @@ struct RequestRecord {
   std::string authorization_value;   // raw value, only with Options::log_authorization_values
   std::string user_agent;
   int client_port = 0;   // the client's port: one value per TCP connection
-  std::string kind;      // "resolve", "cdn", "api" or "other"
-  std::string repo;      // "org/name" or "datasets/org/name" ("" = n/a; cdn: the blob's)
+  std::string kind;      // "resolve", "resolve_cache", "cdn", "api" or "other"
+  std::string repo;      // "org/name" or "datasets/org/name" as asked, or a legacy id ("gpt2")
+                         // ("" = n/a; cdn: the blob's)
   std::string revision;  // decoded revision asked for (resolve/api)
   std::string file;      // file path in the repo (cdn: of the blob, as last resolved)
   int status = 0;
@@ -96,12 +124,13 @@ struct RequestRecord {
   std::string etag;                  // ETag sent
   std::string location;              // Location sent
   std::string error_code;            // X-Error-Code sent
-  std::string retry_after;           // Retry-After (or RateLimit) sent
+  std::string retry_after;           // Retry-After (or else RateLimit) sent
   bool dropped = false;              // the server closed the connection before the body was done
   std::string fault;                 // the switch that shaped this response ("" = none): fail,
                                      // drop, stall, drip, wrong_content_range, overlong, header,
                                      // ignore_range, etag_changed, expired, bad_signature,
-                                     // misdirected, hostile_commit, linked_etag, cdn_etag
+                                     // misdirected, hostile_commit, linked_etag, cdn_etag,
+                                     // cdn_fault, ratelimit (a 429 of the rate limit)
   std::string to_json() const;       // one line, no newline
   static RequestRecord from_json(std::string_view line);  // throws on malformed input
 };
@@ -144,6 +173,7 @@ std::string default_commit(std::string_view repo_id);
 
 class HubServer {
  public:
+  // Throws std::invalid_argument for a bad alias or cdn_fault_status in `options`.
   explicit HubServer(Options options);
   ~HubServer();  // stops
   HubServer(const HubServer&) = delete;
@@ -194,7 +224,9 @@ class HubServer {
   void set_latency_ms(int ms);
   void set_ignore_range(bool on);
   // The next n matching requests (any route) are answered STATUS (429/503/...) with
-  // `Retry-After: s`, or with `RateLimit: "default";r=0;t=s` when use_ratelimit_header.
+  // `Retry-After: s`, or, when use_ratelimit_header, as the Hub does: `RateLimit:
+  // "resolvers";r=0;t=s` and `RateLimit-Policy: "fixed window";"resolvers";q=Q;w=W` (the rate
+  // limit's Q and W, or the Hub's 3000 and 300 when it is off), without Retry-After.
   void fail_next(int n, int status = 503, int retry_after_s = 1, bool use_ratelimit_header = false,
                  std::string match = "");
   // Close the connection after sending `bytes` body bytes (bodies of files only).
@@ -231,11 +263,37 @@ class HubServer {
   // A Xet-like CDN: matching blobs are served with ETag "<etag>" (If-Match compared to it)
   // instead of "<sha256>"; "" turns it off.
   void set_cdn_etag(std::string etag, std::string match = "");
-  // Back to the switches given in Options (faults cleared).
+  // --- the real Hub (see Options; each setter changes one behaviour at run time)
+  // All of lfs_without_etag, xet_etags, resolve_cache, hub_errors on (off), and the rate
+  // limit at q=3000, w=300 (off).
+  void set_real_hub(bool on);
+  void set_lfs_without_etag(bool on);
+  void set_xet_etags(bool on);
+  void set_resolve_cache(bool on);
+  void set_hub_errors(bool on);
+  // Adds (replaces) the alias OLD → NEW; NEW "" removes it. Throws std::invalid_argument for
+  // ids of the wrong form or of different kinds (model / dataset).
+  void set_repo_alias(std::string old_id, std::string new_id);
+  // Replaces every alias. Throws like set_repo_alias (then nothing changed).
+  void set_repo_aliases(std::map<std::string, std::string> aliases);
+  // The "resolvers" fixed-window rate limit: `quota` resolve requests per `window_s` seconds
+  // (a new window starts now); quota 0 turns it off.
+  void set_rate_limit(int quota, int window_s = 300);
+  void set_other_tokens(std::vector<std::string> tokens);
+  void set_disabled_repos(std::vector<std::string> repos);
+  // The next n matching CDN requests (valid URL, known blob) are answered STATUS: 416 with
+  // Content-Range "bytes */SIZE" (the real size), 400, or 403 with a SignatureError body.
+  // status 0 turns it off. Throws std::invalid_argument for another status.
+  void cdn_fault(int status, int n = 1, std::string match = "");
+
+  // Back to the switches given in Options (faults cleared, the rate limit's window restarted).
   void reset_switches();
 
   // The changed ETag/content the CDN serves after change_etag_after (for tests).
   static std::string changed_etag(std::string_view sha256);
+  // The CDN ETag of a blob with xet_etags: quoted hex sha256 of "xet:" + sha256 (64 hex that
+  // are not the file's sha256).
+  static std::string xet_etag(std::string_view sha256);
   static constexpr unsigned char kChangedXor = 0x5A;
 
   struct Impl;

@@ -7,6 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "hub_server.hpp"
 
@@ -49,10 +52,44 @@ int main(int argc, char** argv) {
   app.add_flag("--unknown-repo-401", opt.unknown_repo_401,
                "Unknown repo without a token → 401 (like the real Hub)");
   app.add_option("--cdn-url-ttl-ms", opt.cdn_url_ttl_ms, "CDN URLs expire after this (0: never)");
+  // The real Hub (issue 9); see tools/hubserver/README.md.
+  std::vector<std::string> aliases;
+  app.add_flag("--real-hub", opt.real_hub,
+               "Answer as huggingface.co does today: all of --lfs-without-etag, --xet-etags,\n"
+               "--resolve-cache, --hub-errors and the resolvers rate limit (q=3000, w=300)");
+  app.add_flag("--lfs-without-etag", opt.lfs_without_etag, "LFS redirects (302) carry no ETag");
+  app.add_flag("--xet-etags", opt.xet_etags, "CDN ETags are Xet hashes, not the sha256");
+  app.add_flag("--resolve-cache", opt.resolve_cache,
+               "Small files: relative 307 to /api/resolve-cache/...");
+  app.add_flag("--hub-errors", opt.hub_errors,
+               "Access errors exactly as the Hub sends them (401/403/404, invalid tokens)");
+  app.add_option("--alias", aliases, "OLD=NEW: renamed repo or legacy id (relative 307)");
+  app.add_option("--disabled", opt.disabled_repos, "Disabled repo id (403)");
+  app.add_option("--other-token", opt.other_tokens,
+                 "A valid token without access to gated/private repos");
+  app.add_option("--rate-limit", opt.ratelimit_quota,
+                 "Resolve requests per window (\"resolvers\"; 0: off)")
+      ->capture_default_str();
+  app.add_option("--rate-window", opt.ratelimit_window_s, "Rate limit window in seconds")
+      ->capture_default_str();
+  app.add_option("--cdn-fault", opt.cdn_fault_status,
+                 "Answer CDN requests 416, 400 or 403 (SignatureError)")
+      ->check(CLI::IsMember({0, 400, 403, 416}));
+  app.add_option("--cdn-fault-n", opt.cdn_fault_n, "... for this many requests (-1: all)")
+      ->capture_default_str();
+  app.add_option("--cdn-fault-match", opt.cdn_fault_match, "... whose target contains this");
   app.add_flag("--hash-on-start,!--no-hash-on-start", hash_on_start,
                "Hash every file before listening, so requests do not pay for it (default on)");
   app.add_flag("--summary", summary, "On exit, print request statistics (JSON) on stderr");
   CLI11_PARSE(app, argc, argv);
+  for (const auto& a : aliases) {
+    auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == a.size()) {
+      std::cerr << "tensorfetch-test-server: --alias " << a << ": expected OLD=NEW\n";
+      return 1;
+    }
+    opt.repo_aliases[a.substr(0, eq)] = a.substr(eq + 1);
+  }
 
   opt.root = root;
   opt.log_file = log_file;
@@ -72,19 +109,20 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  HubServer server(opt);
+  std::unique_ptr<HubServer> server;
   try {
-    if (hash_on_start) server.warm_up();
-    server.start();
+    server = std::make_unique<HubServer>(opt);
+    if (hash_on_start) server->warm_up();
+    server->start();
   } catch (const std::exception& e) {
     std::cerr << "tensorfetch-test-server: " << e.what() << "\n";
     return 1;
   }
-  std::cout << server.endpoint() << std::endl;
+  std::cout << server->endpoint() << std::endl;
 
   int sig = 0;
   sigwait(&set, &sig);
-  server.stop();
-  if (summary) std::cerr << summarize(server.log()).to_json() << "\n";
+  server->stop();
+  if (summary) std::cerr << summarize(server->log()).to_json() << "\n";
   return 0;
 }
