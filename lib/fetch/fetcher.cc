@@ -175,7 +175,10 @@ Result<void> re_resolve(HttpClient& client, FetchFile& f, const FetchSettings& s
   auto res = client.perform(std::span(&r, 1));
   if (!res[0]) return fail(res[0].error().with_context(f.what));
   const HttpResponse& resp = *res[0];
-  if (resp.status != 206 && resp.status != 200) {
+  // A CDN that keeps failing on the probe still gave a fresh URL: the chunk's own retries on it
+  // decide (and report the fault with its range).
+  const bool fresh_url_despite_fault = (resp.status == 400 || resp.status == 416) && !resp.redirects.empty();
+  if (resp.status != 206 && resp.status != 200 && !fresh_url_despite_fault) {
     return fail(ErrorCode::BadResponse, f.what + ": resolving " + f.resolve_url + " again for a fresh download URL: HTTP " +
                                             std::to_string(resp.status));
   }

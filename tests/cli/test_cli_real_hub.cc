@@ -108,7 +108,11 @@ TEST_CASE("real hub: download of a URL whose 64-hex ETag is a Xet hash, not the 
   auto r = run({"download", cdn, "-o", (hub.work / "plain").string()});
   INFO(r.err << "\n" << log_text(hub.server->log()));
   REQUIRE(r.exit_code == 0);
-  CHECK(sha256_hex(read_file(hub.work / "plain" / kShard1)) == shard_sha);
+  // Named after the URL's last segment (here the CDN's blob name).
+  std::vector<fs::path> written;
+  for (const auto& e : fs::directory_iterator(hub.work / "plain")) written.push_back(e.path());
+  REQUIRE(written.size() == 1);
+  CHECK(sha256_hex(read_file(written[0])) == shard_sha);
   CHECK_THAT(r.err, Catch::Contains("no sha256 from the server") && Catch::Contains("checked by size and ETag only"));
   for (const auto& rec : hub.server->take_log()) {
     if (rec.kind != "cdn") continue;
@@ -232,10 +236,8 @@ TEST_CASE("real hub: a CDN answering 416, 400 or 403 SignatureError to valid ran
       CHECK(count(log, [](const auto& x) { return x.fault == "cdn_fault"; }) == 3);
     }
   }
-  SECTION("416 on every data range of a shard: exit 3 naming the range, not an integrity error") {
+  SECTION("416 on every request of a shard: exit 3 naming the file and range, not 'empty file' or integrity") {
     const fs::path cache = hub.cache / "persistent";
-    auto first = run({"inspect", "hf://org/llama", "--cache-dir", cache.string()});  // headers, before the fault
-    REQUIRE(first.exit_code == 0);
     hub.server->cdn_fault(416, -1, kShard1);
     const fs::path out = hub.work / "never.safetensors";
     auto r = run({"get", "hf://org/llama", "model.layers.0.*", "-o", out.string(), "--retries", "1", "--cache-dir",
@@ -243,10 +245,31 @@ TEST_CASE("real hub: a CDN answering 416, 400 or 403 SignatureError to valid ran
     const auto log = hub.server->take_log();
     INFO(r.err << "\n" << log_text(log));
     CHECK(r.exit_code == 3);
-    CHECK_THAT(r.err, Catch::Contains("HTTP 416 for a range inside the") && Catch::Contains("bytes="));
+    CHECK_THAT(r.err, Catch::Contains("HTTP 416 for bytes 0-") && Catch::Contains("a CDN fault that persisted") &&
+                          Catch::Contains(kShard1));
     CHECK_FALSE(fs::exists(out));
     // Retried, then resolved again, then retried on the fresh URL.
     CHECK(count(log, [](const auto& x) { return x.kind == "resolve" && x.file == kShard1; }) >= 2);
+    hub.server->cdn_fault(0, 0, "");
+  }
+  SECTION("416 on every data range (headers already known): retried, re-resolved, then exit 3, not integrity") {
+    const fs::path cache = hub.cache / "data-fault";
+    // A first get records the checkpoint's headers: the next one asks the CDN for data only.
+    REQUIRE(run({"get", "hf://org/llama", "lm_head.weight", "-o", (hub.work / "warm.safetensors").string(),
+                 "--cache-dir", cache.string(), "-q"}).exit_code == 0);
+    hub.server->clear_log();
+    hub.server->cdn_fault(416, -1, kShard1);
+    const fs::path out = hub.work / "never2.safetensors";
+    auto r = run({"get", "hf://org/llama", "model.layers.0.*", "-o", out.string(), "--retries", "1", "--cache-dir",
+                  cache.string(), "-q"});
+    const auto log = hub.server->take_log();
+    INFO(r.err << "\n" << log_text(log));
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.err, Catch::Contains("HTTP 416 for a range inside the") && Catch::Contains("bytes=") &&
+                          Catch::Contains("fresh download URLs"));
+    CHECK_FALSE(fs::exists(out));
+    CHECK(count(log, [](const auto& x) { return x.kind == "resolve" && x.file == kShard1; }) >= 2);
+    CHECK(count(log, [](const auto& x) { return x.kind == "cdn" && x.range == "bytes=0-262143"; }) == 0);
     hub.server->cdn_fault(0, 0, "");
   }
   SECTION("416 on the first window of a file the Hub says is not empty: retried (not 'empty file', exit 2)") {
@@ -388,6 +411,7 @@ TEST_CASE("real hub: the environment as huggingface_hub reads it", "[cli][realhu
   SECTION("HF_HOME defaults to $XDG_CACHE_HOME/huggingface (its token file)") {
     hub.env.set("HF_HOME", std::nullopt);
     hub.env.set("XDG_CACHE_HOME", (hub.work / "xdg").string());
+    fs::create_directories(hub.work / "xdg" / "huggingface");
     write_file(hub.work / "xdg" / "huggingface" / "token", kToken);
     auto r = run({"inspect", "hf://org/llama"});
     INFO(r.err);

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C API (and the C++ API's wait callback) against the test server's real-Hub profile
+// (issue 9): a legacy id, the Hub's error codes as tf_code values, a rate-limit wait reported
+// through the progress callback and honoured, transient CDN faults during tf_fetch, Xet ETags
+// pinned with If-Match. Asserted through results and the server's request log.
+#include <catch2/catch.hpp>
+
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hub_server.hpp"
+#include "tensorfetch/tensorfetch.h"
+#include "tensorfetch/tensorfetch.hpp"
+
+namespace fs = std::filesystem;
+using tensorfetch::testing::HubServer;
+using tensorfetch::testing::RequestRecord;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kToken = "hf_capi_real_hub";
+constexpr const char* kNoAccess = "hf_capi_no_access";
+
+std::optional<fs::path> reference_dir() {
+  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
+  if (dir == nullptr || !fs::is_directory(dir)) {
+    WARN("reference checkpoints not found (TENSORFETCH_REFERENCE_DIR): skipped");
+    return std::nullopt;
+  }
+  return fs::path(dir);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string log_text(const std::vector<RequestRecord>& log) {
+  std::string s;
+  for (const auto& r : log) s += r.to_json() + "\n";
+  return s;
+}
+
+struct Fixture {
+  fs::path tmp;
+  fs::path reference;
+  std::unique_ptr<HubServer> server;
+
+  explicit Fixture(fs::path ref) : reference(std::move(ref)) {
+    char tmpl[] = "/tmp/tf-capi-realhub-XXXXXX";
+    tmp = ::mkdtemp(tmpl);
+    auto copy = [&](const fs::path& from, const std::string& repo) {
+      fs::create_directories(tmp / "root" / repo);
+      for (const auto& e : fs::directory_iterator(from)) fs::copy_file(e.path(), tmp / "root" / repo / e.path().filename());
+    };
+    copy(reference / "llama-tiny-sharded", "org/llama");
+    copy(reference / "llama-tiny-single", "openai-community/gpt2");
+    copy(reference / "llama-tiny-single", "org/gated");
+    tensorfetch::testing::Options o;
+    o.root = tmp / "root";
+    o.real_hub = true;
+    o.token = kToken;
+    o.other_tokens = {kNoAccess};
+    o.gated_repos = {"org/gated"};
+    o.repo_aliases = {{"gpt2", "openai-community/gpt2"}};
+    server = std::make_unique<HubServer>(o);
+    server->start();
+  }
+  ~Fixture() {
+    server->stop();
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+
+  // Opens through the C API; returns the code and message.
+  std::pair<tf_code, std::string> open(const std::string& location, const char* token, tf_checkpoint** out,
+                                       const std::string& cache = "cache") const {
+    tf_open_options o;
+    tf_open_options_init(&o);
+    const std::string endpoint = server->endpoint();
+    const std::string cache_dir = (tmp / cache).string();
+    const std::string hf = (tmp / "hf").string();
+    o.endpoint = endpoint.c_str();
+    o.cache_dir = cache_dir.c_str();
+    o.hf_hub_cache = hf.c_str();
+    o.token = token;
+    o.offline = 0;
+    tf_error* err = nullptr;
+    tf_code code = tf_open(location.c_str(), &o, out, &err);
+    std::string msg = err ? tf_error_message(err) : "";
+    tf_error_free(err);
+    return {code, msg};
+  }
+};
+
+struct WaitSeen {
+  double max_waiting = 0;
+  int calls = 0;
+};
+
+int on_progress(const tf_progress* p, void* user) {
+  auto* seen = static_cast<WaitSeen*>(user);
+  ++seen->calls;
+  if (p->size >= offsetof(tf_progress, waiting_seconds) + sizeof(double)) {
+    seen->max_waiting = std::max(seen->max_waiting, p->waiting_seconds);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("capi real hub: a legacy id opens, and the Hub's errors come back as their tf_code with exit 3",
+          "[capi][realhub]") {
+  auto ref = reference_dir();
+  if (!ref) return;
+  Fixture f(*ref);
+  tf_checkpoint* ckpt = nullptr;
+  auto [code, msg] = f.open("hf://gpt2", "", &ckpt);
+  INFO(msg << "\n" << log_text(f.server->log()));
+  REQUIRE(code == TF_OK);
+  CHECK(tf_tensor_count(ckpt) == 57);
+  tf_close(ckpt);
+  f.server->clear_log();
+
+  struct Row {
+    const char* what;
+    std::string location;
+    const char* token;
+    tf_code code;
+    const char* words;
+  };
+  for (const Row& row : {Row{"gated, anonymous", "hf://org/gated", "", TF_ERR_UNAUTHORIZED, "is gated"},
+                         Row{"gated, no access", "hf://org/gated", kNoAccess, TF_ERR_UNAUTHORIZED, "has no access"},
+                         Row{"invalid token", "hf://org/llama", "hf_bogus", TF_ERR_UNAUTHORIZED, "as invalid"},
+                         Row{"unknown repo", "hf://org/nope", "", TF_ERR_REMOTE_NOT_FOUND, "repository org/nope not found"},
+                         Row{"unknown revision", "hf://org/llama@nope", "", TF_ERR_REMOTE_NOT_FOUND, "revision 'nope'"}}) {
+    tf_checkpoint* c = nullptr;
+    auto [rc, text] = f.open(row.location, row.token, &c);
+    INFO(row.what << ": " << text);
+    CHECK(rc == row.code);
+    CHECK(c == nullptr);
+    CHECK(tf_code_exit_code(rc) == 3);
+    CHECK_THAT(text, Catch::Contains(row.words));
+  }
+  for (const auto& r : f.server->take_log()) CHECK(r.kind != "cdn");  // decided by the Hub's answer alone
+}
+
+TEST_CASE("capi real hub: tf_fetch through transient CDN 416 faults gets the exact bytes; If-Match carries "
+          "the Xet ETag",
+          "[capi][realhub][cdnfault]") {
+  auto ref = reference_dir();
+  if (!ref) return;
+  Fixture f(*ref);
+  tf_checkpoint* ckpt = nullptr;
+  auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
+  INFO(msg);
+  REQUIRE(code == TF_OK);
+  f.server->clear_log();
+  f.server->cdn_fault(416, 2, "");
+  const char* all[] = {"*"};
+  tf_fetch_options fo;
+  tf_fetch_options_init(&fo);
+  fo.chunk_size = 65536;
+  tf_error* err = nullptr;
+  const tf_code rc = tf_fetch(ckpt, all, 1, &fo, nullptr, &err);
+  const auto log = f.server->take_log();
+  INFO((err ? tf_error_message(err) : "") << "\n" << log_text(log));
+  tf_error_free(err);
+  REQUIRE(rc == TF_OK);
+  std::size_t faults = 0;
+  for (const auto& r : log) {
+    faults += r.fault == "cdn_fault" ? 1 : 0;
+    if (r.kind == "cdn" && r.status == 206 && !r.if_match.empty()) CHECK(r.if_match == r.etag);  // the Xet ETag
+  }
+  CHECK(faults == 2);
+  // Every tensor's bytes are the reference file's.
+  const std::string shard = slurp(f.reference / "llama-tiny-sharded" / "model-00001-of-00003.safetensors");
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < tf_tensor_count(ckpt); ++i) {
+    if (std::string(tf_tensor_file(ckpt, i)) != "model-00001-of-00003.safetensors") continue;
+    std::uint64_t begin = 0, end = 0;
+    REQUIRE(tf_tensor_data_offsets(ckpt, i, &begin, &end) == TF_OK);
+    const void* data = nullptr;
+    size_t len = 0;
+    REQUIRE(tf_tensor_data(ckpt, tf_tensor_name(ckpt, i), &data, &len) == TF_OK);
+    REQUIRE(len == end - begin);
+    CHECK(std::memcmp(data, shard.data() + 8 + n + begin, len) == 0);
+    ++checked;
+  }
+  CHECK(checked > 0);
+  tf_close(ckpt);
+}
+
+TEST_CASE("capi real hub: a 429 with RateLimit t is waited for (t + 1 s), shown to the progress callback, then the "
+          "fetch completes",
+          "[capi][realhub][ratelimit]") {
+  auto ref = reference_dir();
+  if (!ref) return;
+  Fixture f(*ref);
+  tf_checkpoint* ckpt = nullptr;
+  auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
+  INFO(msg);
+  REQUIRE(code == TF_OK);
+  // The CDN answers the next data request 429 with `RateLimit: "resolvers";r=0;t=1`, no Retry-After.
+  f.server->fail_next(1, 429, 1, true, "/cdn/");
+  WaitSeen seen;
+  tf_fetch_options fo;
+  tf_fetch_options_init(&fo);
+  fo.progress = on_progress;
+  fo.user = &seen;
+  const char* want[] = {"*"};  // beyond the header windows the open read
+  tf_error* err = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  const tf_code rc = tf_fetch(ckpt, want, 1, &fo, nullptr, &err);
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO((err ? tf_error_message(err) : "") << "\n" << log_text(f.server->log()));
+  tf_error_free(err);
+  REQUIRE(rc == TF_OK);
+  CHECK(seen.max_waiting >= 1.9);  // t = 1, plus one second
+  CHECK(seen.max_waiting < 3.5);
+  CHECK(took >= 1900ms);
+  tf_close(ckpt);
+}
+
+TEST_CASE("C++ API real hub: OpenOptions::on_wait is told the rate limit's window, and the open succeeds after it",
+          "[cpp][realhub][ratelimit]") {
+  auto ref = reference_dir();
+  if (!ref) return;
+  Fixture f(*ref);
+  f.server->set_rate_limit(4, 2);
+  tensorfetch::OpenOptions o;
+  o.endpoint = f.server->endpoint();
+  o.token = std::string();
+  o.cache_dir = (f.tmp / "cache").string();
+  o.hf_hub_cache = (f.tmp / "hf").string();
+  o.offline = false;
+  std::vector<tensorfetch::ServerWait> waits;
+  o.on_wait = [&](const tensorfetch::ServerWait& w) { waits.push_back(w); };
+  auto ckpt = tensorfetch::Checkpoint::open("hf://org/llama", o);
+  INFO((ckpt ? std::string() : ckpt.error().message) << "\n" << log_text(f.server->log()));
+  REQUIRE(ckpt);
+  REQUIRE_FALSE(waits.empty());
+  CHECK(waits.front().status == 429);
+  CHECK(waits.front().seconds >= 1.0);
+  CHECK(waits.front().seconds <= 3.5);
+  CHECK_THAT(waits.front().detail, Catch::Contains("\"resolvers\" window"));
+  CHECK_THAT(waits.front().url, Catch::Contains("/org/llama/resolve/"));
+}
