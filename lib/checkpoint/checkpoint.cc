@@ -188,7 +188,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
     if (!index) return fail(index.error().with_context(path));
     impl.index = std::move(*index);
     for (const auto& shard : impl.index->shards) {
-      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, {}});
+      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, {}, std::nullopt});
       if (!is_regular_file(impl.local_path(impl.files.size() - 1))) {
         return fail(ErrorCode::IndexMismatch, path + ": names shard " + quote_name(shard) +
                                                   ", which does not exist at " +
@@ -196,7 +196,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
       }
     }
   } else {
-    impl.files.push_back(CheckpointFile{name, 0, std::nullopt, {}});
+    impl.files.push_back(CheckpointFile{name, 0, std::nullopt, {}, std::nullopt});
   }
   impl.maps.resize(impl.files.size());
   impl.headers.resize(impl.files.size());

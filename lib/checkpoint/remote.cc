@@ -303,7 +303,7 @@ struct Remote {
     impl.index_name = index_path;
     impl.index_text = text;
     for (const auto& shard : impl.index->shards) {
-      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, shard_url(shard)});
+      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, shard_url(shard), std::nullopt});
     }
     return {};
   }
@@ -320,7 +320,7 @@ struct Remote {
       if (r.status != 200) return fail(response_error(r, name));
       return use_index(r.body, name, [&](const std::string& shard) { return detail::sibling_url(url, shard); });
     }
-    impl.files.push_back(CheckpointFile{name.empty() ? url : name, 0, std::nullopt, url});
+    impl.files.push_back(CheckpointFile{name.empty() ? url : name, 0, std::nullopt, url, std::nullopt});
     return {};
   }
 
@@ -357,7 +357,7 @@ struct Remote {
       return detail::resolve_url(endpoint, canonical, rev, path);
     };
     if (hub.path && !detail::is_index_path(*hub.path)) {  // one file
-      impl.files.push_back(CheckpointFile{*hub.path, 0, std::nullopt, resolve(hub.revision, *hub.path)});
+      impl.files.push_back(CheckpointFile{*hub.path, 0, std::nullopt, resolve(hub.revision, *hub.path), std::nullopt});
       return {};
     }
     // Round 1: candidates at once (the index given, or the single file, the index, config.json).
@@ -444,7 +444,7 @@ struct Remote {
       const auto dir = path.substr(0, path.rfind('/') + 1);  // shards sit beside the index
       return use_index(r.body, path, [&](const std::string& shard) { return resolve(rev, dir + shard); });
     }
-    CheckpointFile file{path, 0, std::nullopt, resolve(rev, path)};
+    CheckpointFile file{path, 0, std::nullopt, resolve(rev, path), std::nullopt};
     auto state = file_prefix(r, file, path);
     if (!state) return fail(state.error());
     state->resolve_url = resolve(rev, path);  // resolved again (expired URLs) at the pinned commit
