@@ -7,6 +7,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -260,4 +262,74 @@ TEST_CASE("C++ API real hub: OpenOptions::on_wait is told the rate limit's windo
   CHECK(waits.front().seconds <= 3.5);
   CHECK_THAT(waits.front().detail, Catch::Contains("\"resolvers\" window"));
   CHECK_THAT(waits.front().url, Catch::Contains("/org/llama/resolve/"));
+}
+
+TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit within a second; "
+          "a cancel token ends such an open",
+          "[capi][realhub][ratelimit][cancel]") {
+  auto ref = reference_dir();
+  if (!ref) return;
+  Fixture f(*ref);
+  SECTION("tf_fetch, cancelled by tf_cancel from another thread") {
+    tf_checkpoint* ckpt = nullptr;
+    auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
+    INFO(msg);
+    REQUIRE(code == TF_OK);
+    // The next data request: 429 with `RateLimit: "resolvers";r=0;t=125` (a 126-s wait).
+    f.server->fail_next(1, 429, 125, true, "/cdn/");
+    std::thread canceller([ckpt] {
+      std::this_thread::sleep_for(500ms);
+      tf_cancel(ckpt);
+    });
+    const char* want[] = {"*"};
+    tf_error* err = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    const tf_code rc = tf_fetch(ckpt, want, 1, nullptr, nullptr, &err);
+    const auto took = std::chrono::steady_clock::now() - start;
+    canceller.join();
+    const std::string message = err ? tf_error_message(err) : "";
+    tf_error_free(err);
+    INFO(message << "\n" << log_text(f.server->log()));
+    CHECK(rc == TF_ERR_CANCELLED);
+    CHECK(took < 1500ms);
+    tf_close(ckpt);
+  }
+  SECTION("tf_open, cancelled through tf_open_options.cancel") {
+    // Two resolves per 125 s: the open's first round spends them and waits for the window.
+    f.server->set_rate_limit(2, 125);
+    tf_cancel_token* token = tf_cancel_token_new();
+    REQUIRE(token != nullptr);
+    std::thread canceller([token] {
+      std::this_thread::sleep_for(500ms);
+      tf_cancel_token_cancel(token);
+    });
+    tf_open_options o;
+    tf_open_options_init(&o);
+    const std::string endpoint = f.server->endpoint();
+    const std::string cache_dir = (f.tmp / "cache").string();
+    const std::string hf = (f.tmp / "hf").string();
+    o.endpoint = endpoint.c_str();
+    o.cache_dir = cache_dir.c_str();
+    o.hf_hub_cache = hf.c_str();
+    o.token = "";
+    o.offline = 0;
+    o.cancel = token;
+    tf_checkpoint* ckpt = nullptr;
+    tf_error* err = nullptr;
+    const auto start = std::chrono::steady_clock::now();
+    const tf_code rc = tf_open("hf://org/llama", &o, &ckpt, &err);
+    const auto took = std::chrono::steady_clock::now() - start;
+    canceller.join();
+    const std::string message = err ? tf_error_message(err) : "";
+    tf_error_free(err);
+    tf_cancel_token_free(token);
+    INFO(message << "\n" << log_text(f.server->log()));
+    CHECK(rc == TF_ERR_CANCELLED);
+    CHECK(ckpt == nullptr);
+    CHECK(took < 1500ms);
+    // The wait was a rate limit: a resolve was answered 429.
+    const auto log = f.server->log();
+    CHECK(std::count_if(log.begin(), log.end(), [](const RequestRecord& r) { return r.status == 429; }) >= 1);
+    if (ckpt) tf_close(ckpt);
+  }
 }
