@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/fs_util.h"
-#include "fetch/planner.h"
+#include "base/fs.h"
+#include "base/range_set.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {

@@ -17,15 +17,21 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "format/json_internal.h"
-#include "format/percent.h"
-#include "hub/location.h"
 #include "hub/environment.h"
+#include "hub/hf_cache.h"
 #include "hub/hub_errors.h"
+#include "hub/location.h"
 #include "net/http_client.h"
+#include "net/url.h"
 
 namespace tensorfetch {
+
+ServerWait server_wait(const detail::HttpWait& w) {
+  return ServerWait{w.url, static_cast<int>(w.status), static_cast<double>(w.wait_ms) / 1000.0,
+                    detail::describe_wait(w)};
+}
 
 using detail::HttpRequest;
 using detail::HttpResponse;
@@ -195,10 +201,10 @@ struct Remote {
     const std::string rel = "snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
     // The snapshot entry is a link into ../../blobs/: followed only while it stays inside the
     // repo's directory of the Hugging Face cache.
-    detail::UniqueFd root(::open(hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto root = detail::open_hf_repo(hf_repo_dir);
     if (!root) return std::nullopt;
     std::string resolved;
-    auto fd = detail::open_file_within(root.get(), rel, hf_repo_dir, &resolved);
+    auto fd = detail::open_file_within(root->get(), rel, hf_repo_dir, &resolved);
     if (!fd) return std::nullopt;
     struct stat st {};
     if (::fstat(fd->get(), &st) != 0) return std::nullopt;
@@ -457,15 +463,6 @@ struct Remote {
   std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
 };
 
-// The Hugging Face cache directory of a Hub repo: the hub cache + models--ORG--NAME
-// (datasets--... for datasets), named after the id as given, as huggingface_hub names it.
-std::string hf_repo_dir(const std::string& hub_cache, const detail::HubRef& hub) {
-  if (hub_cache.empty()) return {};
-  std::string name = hub.repo_id;
-  for (std::size_t p = name.find('/'); p != std::string::npos; p = name.find('/', p + 2)) name.replace(p, 1, "--");
-  return hub_cache + "/" + (hub.dataset ? "datasets--" : "models--") + name;
-}
-
 // The HTTP settings of an open (and, with `max_parallel` changed, of its fetches).
 detail::HttpOptions http_options(const OpenOptions& options) {
   detail::HttpOptions http;
@@ -494,11 +491,11 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   detail::HttpOptions open_http = http;
   open_http.cancel = options.cancel;  // this open only: fetches take their own token
   if (options.on_wait) {
-    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(detail::server_wait(w)); };
+    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
   }
   Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), {}, {}, std::nullopt, {}};
   if (remote.location.kind == detail::LocationKind::Hub) {
-    remote.hf_repo_dir = hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
+    remote.hf_repo_dir = detail::hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
                                      remote.location.hub);
     remote.repo_path = (remote.location.hub.dataset ? "datasets/" : "") + remote.location.hub.repo_id;
     impl.hub = true;
@@ -547,22 +544,13 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
       // files, every one inside the repo's directory of that cache (links followed only there).
       const auto& hub = loc.hub;
       std::string commit = hub.revision;
-      detail::UniqueFd repo(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      auto repo = detail::open_hf_repo(remote.hf_repo_dir);
       if (repo) {
-        if (auto ref = detail::open_file_within(repo.get(), "refs/" + hub.revision, remote.hf_repo_dir)) {
-          char buf[128];
-          const ssize_t n = ::pread(ref->get(), buf, sizeof buf, 0);
-          commit.assign(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-          while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back()))) commit.pop_back();
-          if (!is_commit_id(commit)) {
-            return fail(ErrorCode::Io, remote.hf_repo_dir + "/refs/" + hub.revision + ": holds " + quote_name(commit) +
-                                           ", not a commit id (40 lower-case hex digits)");
-          }
-        }
+        auto ref = detail::read_hf_ref(repo->get(), remote.hf_repo_dir, hub.revision);
+        if (!ref) return fail(ref.error());
+        if (*ref) commit = **ref;
       }
-      struct stat st {};
-      if (repo && is_commit_id(commit) &&
-          ::fstatat(repo.get(), ("snapshots/" + commit).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+      if (repo && detail::has_hf_snapshot(repo->get(), commit)) {
         const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
         impl.remote = false;
         impl.commit = commit;
@@ -612,7 +600,9 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   // same sha256) are read from there: no download. Only files inside the repo's directory of
   // that cache are read (a link leading elsewhere is not followed).
   detail::UniqueFd hf_repo;
-  if (!remote.hf_repo_dir.empty()) hf_repo.reset(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!remote.hf_repo_dir.empty()) {
+    if (auto repo = detail::open_hf_repo(remote.hf_repo_dir)) hf_repo = std::move(*repo);
+  }
   for (std::size_t i = 0; i < impl.files.size() && hf_repo; ++i) {
     auto& rf = impl.rfiles[i];
     std::string rel;
