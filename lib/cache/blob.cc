@@ -528,16 +528,23 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
     }
   }
   if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
+  // Only what this call adds is merged into what the disk says: extents another process
+  // discarded (a failed verification) must not come back from this object's memory.
+  return update_meta([&](BlobMeta& m) {
+    for (const auto& r : ranges) add_range(m.extents, r);
+  });
+}
+
+Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, const std::function<void()>& while_locked) {
   const std::string dir_path = this->dir_path();
   auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
-  // Only what this call adds is merged into what the disk says: extents another process
-  // discarded (a failed verification) must not come back from this object's memory.
   BlobMeta next = std::move(*disk);
-  for (const auto& r : ranges) add_range(next.extents, r);
+  change(next);
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+  if (while_locked) while_locked();
   std::lock_guard g(mutex_);
   meta_ = std::move(next);
   return {};
@@ -627,34 +634,26 @@ Result<void> Blob::finish(const std::string& what) {
     if (!h) return fail(h.error());
     actual = *h;
   }
-  const std::string dir_path = this->dir_path();
-  auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
-  if (!lock) return fail(lock.error());
-  auto disk = read_meta();
-  if (!disk) return fail(disk.error());
-  BlobMeta next = std::move(*disk);
   if (expected && actual != expected) {
-    next.extents.clear();
-    next.complete = false;
-    if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
-    punch_out(fd_.get(), size_);
-    {
-      std::lock_guard g(mutex_);
-      meta_ = std::move(next);
-    }
+    auto r = update_meta(
+        [](BlobMeta& m) {
+          m.extents.clear();
+          m.complete = false;
+        },
+        [&] { punch_out(fd_.get(), size_); });
+    if (!r) return r;
     return fail(ErrorCode::Integrity, what + ": sha256 of the downloaded file is " + *actual + ", expected " +
                                           *expected + "; the cached bytes were discarded");
   }
-  next.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
-  next.complete = true;
-  if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
-  ::fchmod(fd_.get(), cache_->modes().readonly);
-  {
-    std::lock_guard g(mutex_);
-    meta_ = std::move(next);
-  }
-  if (promote_to_ && expected && actual == expected) promote();
-  return {};
+  return update_meta(
+      [&](BlobMeta& m) {
+        m.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
+        m.complete = true;
+      },
+      [&] {
+        ::fchmod(fd_.get(), cache_->modes().readonly);
+        if (promote_to_ && expected && actual == expected) promote();
+      });
 }
 
 Result<std::span<const std::byte>> Blob::map() {

@@ -113,16 +113,9 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
                             const detail::TransferProgress& p) mutable {
       per_file.clear();
       for (const auto& f : p.per_file) per_file.push_back(FileProgress{f.file, f.bytes_done, f.bytes_total});
-      FetchProgress out;
-      out.bytes_done = p.bytes_done;
-      out.bytes_total = p.bytes_total;
-      out.bytes_cached = p.bytes_cached;
-      out.files_done = p.files_done;
-      out.files_total = p.files_total;
-      out.seconds = p.seconds;
-      out.per_file = per_file;
-      out.waiting_seconds = p.waiting_seconds;
-      return cb(out);
+      return cb(FetchProgress{.bytes_done = p.bytes_done, .bytes_total = p.bytes_total, .bytes_cached = p.bytes_cached,
+                              .files_done = p.files_done, .files_total = p.files_total, .seconds = p.seconds,
+                              .per_file = per_file, .waiting_seconds = p.waiting_seconds});
     };
   }
   if (options.on_wait) settings.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
