@@ -20,6 +20,7 @@
 #include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "hub/environment.h"
+#include "hub/file_facts.h"
 #include "hub/hf_cache.h"
 #include "hub/hub_errors.h"
 #include "hub/location.h"
@@ -45,15 +46,6 @@ constexpr std::uint64_t kMaxConfigSize = 16 << 20;
 std::string header_or(const detail::Headers& h, const char* name, std::string fallback = {}) {
   auto it = h.find(name);
   return it == h.end() ? fallback : it->second;
-}
-
-// The value of a header on the final response or, failing that, on any redirect hop.
-std::string find_header(const HttpResponse& r, const char* name) {
-  if (auto v = header_or(r.headers, name); !v.empty()) return v;
-  for (auto it = r.redirects.rbegin(); it != r.redirects.rend(); ++it) {
-    if (auto v = header_or(it->headers, name); !v.empty()) return v;
-  }
-  return {};
 }
 
 struct Remote {
@@ -114,18 +106,20 @@ struct Remote {
 
   // Records the commit a response named; refuses a second, different one, and anything that is
   // not a commit id (it becomes a path in the Hugging Face cache).
+  // The commit a response names (X-Repo-Commit): the first one named is kept, and every later
+  // one must be the same (else the revision moved during the read: Integrity).
   Result<void> note_commit(const HttpResponse& r, const std::string& what) {
-    std::string commit = find_header(r, "x-repo-commit");
-    if (commit.empty()) return {};
-    if (!is_commit_id(commit)) {
-      return fail(ErrorCode::BadResponse, what + ": the server named the commit " + quote_name(commit) +
-                                              " (X-Repo-Commit), which is not a commit id (40 lower-case hex "
-                                              "digits); refused: " + r.url);
-    }
+    auto facts = detail::hub_file_facts(r, what);
+    if (!facts) return fail(facts.error());
+    return note_commit(*facts, what);
+  }
+
+  Result<void> note_commit(const detail::HubFileFacts& facts, const std::string& what) {
+    if (facts.commit.empty()) return {};
     if (!impl.commit) {
-      impl.commit = commit;
-    } else if (*impl.commit != commit) {
-      return fail(ErrorCode::Integrity, what + ": the server answered at commit " + commit +
+      impl.commit = facts.commit;
+    } else if (*impl.commit != facts.commit) {
+      return fail(ErrorCode::Integrity, what + ": the server answered at commit " + facts.commit +
                                             " after " + *impl.commit +
                                             " (the revision moved during the read)");
     }
@@ -159,22 +153,23 @@ struct Remote {
     } else {
       return fail(response_error(r, what));
     }
-    std::string linked_size = find_header(r, "x-linked-size");
-    if (!linked_size.empty() && std::strtoull(linked_size.c_str(), nullptr, 10) != size) {
-      return fail(ErrorCode::BadResponse, what + ": X-Linked-Size " + linked_size +
+    auto facts = detail::hub_file_facts(r, what);
+    if (!facts) return fail(facts.error());
+    if (facts->size() && *facts->size() != size) {
+      return fail(ErrorCode::BadResponse, what + ": X-Linked-Size " + facts->linked_size +
                                               " disagrees with the size " + std::to_string(size) +
                                               " the download reported (" + r.url + ")");
     }
     file.size = size;
     RemoteFileState state;
     state.resolve_url = r.redirects.empty() ? r.url : r.redirects.front().url;
-    std::string linked = find_header(r, "x-linked-etag");
+    const std::string& linked = facts->linked_etag;
     std::string etag = header_or(r.headers, "etag");
     if (!linked.empty()) state.linked_etag = linked;
     if (!etag.empty()) state.range_etag = etag;
     if (!linked.empty() || !etag.empty()) file.etag = linked.empty() ? etag : linked;
     file.url = r.url;
-    if (auto c = note_commit(r, what); !c) return fail(c.error());
+    if (auto c = note_commit(*facts, what); !c) return fail(c.error());
     state.prefix = r.body;
     return state;
   }
@@ -184,7 +179,9 @@ struct Remote {
   // The file's size as a 416 response says it (`bytes */N`) or a redirect hop named it
   // (X-Linked-Size).
   static std::optional<std::uint64_t> known_size(const HttpResponse& r) {
-    if (auto linked = find_header(r, "x-linked-size"); !linked.empty()) return std::strtoull(linked.c_str(), nullptr, 10);
+    if (auto linked = detail::find_header(r, "x-linked-size"); !linked.empty()) {
+      return std::strtoull(linked.c_str(), nullptr, 10);
+    }
     const std::string cr = header_or(r.headers, "content-range");
     if (cr.starts_with("bytes */")) return std::strtoull(cr.c_str() + 8, nullptr, 10);
     return std::nullopt;
@@ -198,7 +195,7 @@ struct Remote {
     if (location.kind != detail::LocationKind::Hub || !impl.commit || hf_repo_dir.empty()) return std::nullopt;
     const auto slash = impl.index_name.rfind('/');
     const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
-    const std::string rel = "snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
+    const std::string rel = detail::hf_snapshot_path(*impl.commit, dir + impl.files[i].path);
     // The snapshot entry is a link into ../../blobs/: followed only while it stays inside the
     // repo's directory of the Hugging Face cache.
     auto root = detail::open_hf_repo(hf_repo_dir);
@@ -609,7 +606,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     if (rf.local_path.empty()) {
       auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
       if (!sha) continue;
-      rel = "blobs/" + *sha;
+      rel = detail::hf_blob_path(*sha);
     } else {
       rel = rf.local_path.substr(remote.hf_repo_dir.size() + 1);
     }

@@ -32,6 +32,12 @@ std::string hf_repo_dir(const std::string& hub_cache, const HubRef& hub) {
   return hub_cache + "/" + (hub.dataset ? "datasets--" : "models--") + name;
 }
 
+std::string hf_snapshot_path(const std::string& commit, const std::string& path) {
+  return "snapshots/" + commit + "/" + path;
+}
+
+std::string hf_blob_path(const std::string& name) { return "blobs/" + name; }
+
 Result<UniqueFd> open_hf_repo(const std::string& repo_dir) {
   UniqueFd fd(::open(repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!fd) return fail(sys_error(repo_dir, "cannot open directory", errno));
@@ -93,7 +99,7 @@ Result<void> HfCacheWriter::small_blob(const std::string& name, const std::strin
 Result<void> HfCacheWriter::link(const std::string& commit, const std::string& path, const std::string& name) const {
   if (auto r = check_relative_path(path, "file name in the repo"); !r) return r;
   const auto slash = path.rfind('/');
-  const std::string parent = "snapshots/" + commit + (slash == std::string::npos ? "" : "/" + path.substr(0, slash));
+  const std::string parent = slash == std::string::npos ? "snapshots/" + commit : hf_snapshot_path(commit, path.substr(0, slash));
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   auto d = dir(parent);
   if (!d) return fail(d.error());
@@ -101,7 +107,7 @@ Result<void> HfCacheWriter::link(const std::string& commit, const std::string& p
   for (std::size_t i = 0, n = 2 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/')); i < n; ++i) {
     target += "../";
   }
-  target += "blobs/" + name;
+  target += hf_blob_path(name);
   return replace_with_symlink_at(d->get(), base, target, root_path_ + "/" + parent);
 }
 

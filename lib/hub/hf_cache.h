@@ -30,6 +30,12 @@ namespace tensorfetch::detail {
 /// Empty when `hub_cache` is. Pure.
 [[nodiscard]] std::string hf_repo_dir(const std::string& hub_cache, const HubRef& hub);
 
+/// `snapshots/COMMIT/PATH`: where a repo file of a commit is, relative to the repo directory. Pure.
+[[nodiscard]] std::string hf_snapshot_path(const std::string& commit, const std::string& path);
+
+/// `blobs/NAME`: where a file whose name (sha256, or git sha1 for small files) is NAME is. Pure.
+[[nodiscard]] std::string hf_blob_path(const std::string& name);
+
 /// Opens the repo directory `repo_dir` of the Hugging Face cache for reading (following links,
 /// the user's own configuration). `NotFound` when it does not exist.
 [[nodiscard]] Result<UniqueFd> open_hf_repo(const std::string& repo_dir);
