@@ -17,21 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "format/json_internal.h"
-#include "format/percent.h"
-#include "hub/location.h"
+#include "base/text.h"
+#include "net/url.h"
 
 namespace tensorfetch::detail {
 
 namespace {
 
 constexpr std::uint64_t kMaxMetaSize = 256 << 20;
-
-Error sys_error(const std::string& path, const std::string& what, int err) {
-  std::string msg = path + ": " + what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) msg += " (the disk holding the cache is full)";
-  return Error{err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, msg};
-}
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -52,13 +45,6 @@ std::string unquote_etag(std::string_view etag) {
   return std::string(etag);
 }
 
-bool flock_retry(int fd, int op) {
-  while (::flock(fd, op) != 0) {
-    if (errno != EINTR) return false;
-  }
-  return true;
-}
-
 // An exclusive flock on a blob's lock file, released on destruction.
 class LockGuard {
  public:
@@ -66,7 +52,7 @@ class LockGuard {
     LockGuard g;
     auto fd = open_file_at(dirfd, "lock", O_RDWR | O_CREAT, mode, dir_path);
     if (!fd) return fail(fd.error());
-    if (!flock_retry(fd->get(), LOCK_EX)) return fail(sys_error(dir_path + "/lock", "cannot lock", errno));
+    if (!lock_file(fd->get(), LOCK_EX)) return fail(sys_error(dir_path + "/lock", "cannot lock", errno));
     g.fd_ = std::move(*fd);
     return g;
   }
@@ -154,7 +140,7 @@ bool discard_unverified(const CacheDir& cache, const std::string& name) {
   auto meta = load_meta(dir.get(), dir_path);
   if (!meta || (*meta && (*meta)->complete)) return false;
   auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
-  if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) return false;
+  if (data && !lock_file(data->get(), LOCK_EX | LOCK_NB)) return false;
   const std::string trash = ".trash-" + name + "-" + std::to_string(::getpid());
   if (::renameat(cache.blobs_fd(), name.c_str(), cache.blobs_fd(), trash.c_str()) != 0) return false;
   (void)remove_tree_at(cache.blobs_fd(), trash, cache.blobs_path());
@@ -322,7 +308,7 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
         if (auto t = check_trusted(fd->get(), dir_path + "/data", cache->sharing()); !t) return fail(t.error());
         struct stat st {};
         if (::fstat(fd->get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) == size &&
-            flock_retry(fd->get(), LOCK_SH)) {
+            lock_file(fd->get(), LOCK_SH)) {
           b->dir_fd_ = std::move(*dir);
           b->id_ = *identity.sha256;
           b->dir_path_ = dir_path;
@@ -364,7 +350,7 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
   if (!data) return fail(data.error());
   if (auto t = check_trusted(data->get(), b->data_path_, cache->sharing()); !t) return fail(t.error());
   b->fd_ = std::move(*data);
-  if (!flock_retry(b->fd_.get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
+  if (!lock_file(b->fd_.get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
   ::futimens(dirfd, nullptr);  // last used: now
   auto lock = LockGuard::acquire(dirfd, b->dir_path_, modes.file);
   if (!lock) return fail(lock.error());
@@ -390,7 +376,7 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
     // Read-only but not (any more) recorded complete: it must be writable to be fetched again.
     auto rw = reopen_writable(dirfd, b->dir_path_, b->fd_.get(), modes.file);
     if (!rw) return fail(rw.error());
-    if (!flock_retry(rw->get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
+    if (!lock_file(rw->get(), LOCK_SH)) return fail(sys_error(b->data_path_, "cannot lock", errno));
     b->fd_ = std::move(*rw);
   }
   struct stat st {};
@@ -542,16 +528,23 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
     }
   }
   if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
+  // Only what this call adds is merged into what the disk says: extents another process
+  // discarded (a failed verification) must not come back from this object's memory.
+  return update_meta([&](BlobMeta& m) {
+    for (const auto& r : ranges) add_range(m.extents, r);
+  });
+}
+
+Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, const std::function<void()>& while_locked) {
   const std::string dir_path = this->dir_path();
   auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
-  // Only what this call adds is merged into what the disk says: extents another process
-  // discarded (a failed verification) must not come back from this object's memory.
   BlobMeta next = std::move(*disk);
-  for (const auto& r : ranges) add_range(next.extents, r);
+  change(next);
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+  if (while_locked) while_locked();
   std::lock_guard g(mutex_);
   meta_ = std::move(next);
   return {};
@@ -641,34 +634,26 @@ Result<void> Blob::finish(const std::string& what) {
     if (!h) return fail(h.error());
     actual = *h;
   }
-  const std::string dir_path = this->dir_path();
-  auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
-  if (!lock) return fail(lock.error());
-  auto disk = read_meta();
-  if (!disk) return fail(disk.error());
-  BlobMeta next = std::move(*disk);
   if (expected && actual != expected) {
-    next.extents.clear();
-    next.complete = false;
-    if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
-    punch_out(fd_.get(), size_);
-    {
-      std::lock_guard g(mutex_);
-      meta_ = std::move(next);
-    }
+    auto r = update_meta(
+        [](BlobMeta& m) {
+          m.extents.clear();
+          m.complete = false;
+        },
+        [&] { punch_out(fd_.get(), size_); });
+    if (!r) return r;
     return fail(ErrorCode::Integrity, what + ": sha256 of the downloaded file is " + *actual + ", expected " +
                                           *expected + "; the cached bytes were discarded");
   }
-  next.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
-  next.complete = true;
-  if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
-  ::fchmod(fd_.get(), cache_->modes().readonly);
-  {
-    std::lock_guard g(mutex_);
-    meta_ = std::move(next);
-  }
-  if (promote_to_ && expected && actual == expected) promote();
-  return {};
+  return update_meta(
+      [&](BlobMeta& m) {
+        m.extents = size_ ? RangeSet{ByteRange{0, size_}} : RangeSet{};
+        m.complete = true;
+      },
+      [&] {
+        ::fchmod(fd_.get(), cache_->modes().readonly);
+        if (promote_to_ && expected && actual == expected) promote();
+      });
 }
 
 Result<std::span<const std::byte>> Blob::map() {
@@ -686,20 +671,12 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
   std::vector<BlobEntry> out;
   if (cache.blobs_fd() < 0) return out;
   const std::string blobs_path = cache.blobs_path();
-  int listing = ::openat(cache.blobs_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (listing < 0) return fail(sys_error(blobs_path, "cannot list", errno));
-  DIR* d = ::fdopendir(listing);
-  if (!d) {
-    const int err = errno;
-    ::close(listing);
-    return fail(sys_error(blobs_path, "cannot list", err));
-  }
+  auto listed = list_dir_at(cache.blobs_fd(), ".", blobs_path);
+  if (!listed) return fail(listed.error());
   std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    const std::string_view name(e->d_name);
-    if (!name.starts_with(".")) names.emplace_back(name);
+  for (auto& name : *listed) {
+    if (!name.starts_with(".")) names.push_back(std::move(name));
   }
-  ::closedir(d);
   for (const auto& name : names) {
     BlobEntry e;
     e.id = name;
@@ -719,7 +696,7 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
     auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
     if (data) {
       if (::fstat(data->get(), &st) == 0) e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
-      if (::flock(data->get(), LOCK_EX | LOCK_NB) != 0) e.in_use = true;
+      if (!lock_file(data->get(), LOCK_EX | LOCK_NB)) e.in_use = true;
     }
     out.push_back(std::move(e));
   }
@@ -744,7 +721,7 @@ Result<void> remove_blob(const CacheDir& cache, const std::string& id) {
   UniqueFd dir(::openat(cache.blobs_fd(), id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir) return fail(sys_error(dir_path, "cannot open", errno));
   auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
-  if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) {
+  if (data && !lock_file(data->get(), LOCK_EX | LOCK_NB)) {
     return fail(ErrorCode::InvalidArgument, dir_path + ": in use by another process; not removed");
   }
   // Renamed away first, so no process can open a half-deleted blob.

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,8 +34,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/fs_util.h"
-#include "fetch/planner.h"
+#include "base/fs.h"
+#include "base/range_set.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
@@ -198,6 +199,10 @@ class Blob {
  private:
   Blob() = default;
   Result<BlobMeta> read_meta() const;
+  /// Under the blob's lock file: reads meta.json, applies `change`, writes it back, runs
+  /// `while_locked` (if any), then keeps the result as this object's view.
+  Result<void> update_meta(const std::function<void(BlobMeta&)>& change,
+                           const std::function<void()>& while_locked = {});
   std::string dir_path() const;
   void promote();
 

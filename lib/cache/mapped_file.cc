@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache/mapped_file.h"
 
-#include "cache/fs_util.h"
+#include "base/fs.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

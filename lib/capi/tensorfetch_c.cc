@@ -185,6 +185,15 @@ tf_code store_error(tf_error** err, const tensorfetch::Error& error) noexcept {
   return store_error(err, to_c(error.code), error.message);
 }
 
+// A C tri-state option: `from_env` leaves `out` unset (the environment decides), 0 and 1 set
+// it; false for any other value.
+bool tristate(int value, int from_env, std::optional<bool>& out) noexcept {
+  if (value == from_env) return true;
+  if (value != 0 && value != 1) return false;
+  out = value == 1;
+  return true;
+}
+
 void clear_error(tf_error** err) noexcept {
   if (err != nullptr) *err = nullptr;
 }
@@ -408,27 +417,17 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
       if (TF_HOLDS(tf_open_options, options, endpoint)) o.endpoint = text(options->endpoint);
       if (TF_HOLDS(tf_open_options, options, ca_file)) o.ca_file = text(options->ca_file);
       if (TF_HOLDS(tf_open_options, options, hf_hub_cache)) o.hf_hub_cache = text(options->hf_hub_cache);
-      if (TF_HOLDS(tf_open_options, options, offline)) {
-        switch (options->offline) {
-          case TF_OFFLINE_FROM_ENV: break;
-          case 0: o.offline = false; break;
-          case 1: o.offline = true; break;
-          default:
-            return store_error(err, TF_ERR_INVALID_ARGUMENT,
-                               "tf_open_options.offline must be 0, 1 or TF_OFFLINE_FROM_ENV, not ",
-                               std::to_string(options->offline));
-        }
+      if (TF_HOLDS(tf_open_options, options, offline) &&
+          !tristate(options->offline, TF_OFFLINE_FROM_ENV, o.offline)) {
+        return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                           "tf_open_options.offline must be 0, 1 or TF_OFFLINE_FROM_ENV, not ",
+                           std::to_string(options->offline));
       }
-      if (TF_HOLDS(tf_open_options, options, shared_cache)) {
-        switch (options->shared_cache) {
-          case TF_SHARED_CACHE_FROM_ENV: break;
-          case 0: o.shared_cache = false; break;
-          case 1: o.shared_cache = true; break;
-          default:
-            return store_error(err, TF_ERR_INVALID_ARGUMENT,
-                               "tf_open_options.shared_cache must be 0, 1 or TF_SHARED_CACHE_FROM_ENV, not ",
-                               std::to_string(options->shared_cache));
-        }
+      if (TF_HOLDS(tf_open_options, options, shared_cache) &&
+          !tristate(options->shared_cache, TF_SHARED_CACHE_FROM_ENV, o.shared_cache)) {
+        return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                           "tf_open_options.shared_cache must be 0, 1 or TF_SHARED_CACHE_FROM_ENV, not ",
+                           std::to_string(options->shared_cache));
       }
       if (TF_HOLDS(tf_open_options, options, cancel) && options->cancel != nullptr) {
         o.cancel = options->cancel->token;

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <map>
 
+#include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "format/json_internal.h"
 #include "hub/location.h"
 
 namespace tensorfetch {

@@ -16,6 +16,10 @@
 
 namespace tensorfetch {
 
+/// A wait a server asked for (`HttpWait`), as the public API reports it (`ServerWait`), its
+/// detail described by the hub layer. In remote.cc.
+[[nodiscard]] ServerWait server_wait(const detail::HttpWait& wait);
+
 /// Opens a remote checkpoint (Hub repo or http(s) URL) into `impl`. In remote.cc.
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
                                        const OpenOptions& options);

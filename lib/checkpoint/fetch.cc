@@ -10,20 +10,18 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "fetch/fetcher.h"
-#include "format/json_internal.h"
+#include "hub/hf_cache.h"
 #include "hub/location.h"
+#include "net/url.h"
 
 namespace tensorfetch {
 
 using detail::quote_name;
 
 namespace {
-
-Error sys_error(const std::string& path, const std::string& what, int err) {
-  return Error{err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, path + ": " + what + ": " + std::strerror(err)};
-}
 
 // Opens the cache blob of remote file `i` (creating it unless offline) and records the bytes
 // `open` already read. Offline, a file the cache has no blob of is left without one.
@@ -110,8 +108,17 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   settings.token_authority = impl.token_authority;
   settings.max_gap = options.coalesce_gap;
   settings.max_chunk = options.chunk_size;
-  settings.progress = options.progress;
-  settings.on_wait = options.on_wait;
+  if (options.progress) {
+    settings.progress = [cb = options.progress, per_file = std::vector<FileProgress>()](
+                            const detail::TransferProgress& p) mutable {
+      per_file.clear();
+      for (const auto& f : p.per_file) per_file.push_back(FileProgress{f.file, f.bytes_done, f.bytes_total});
+      return cb(FetchProgress{.bytes_done = p.bytes_done, .bytes_total = p.bytes_total, .bytes_cached = p.bytes_cached,
+                              .files_done = p.files_done, .files_total = p.files_total, .seconds = p.seconds,
+                              .per_file = per_file, .waiting_seconds = p.waiting_seconds});
+    };
+  }
+  if (options.on_wait) settings.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
   settings.http.cancel = options.cancel;
   return job;
 }
@@ -169,73 +176,39 @@ Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selec
   return {};
 }
 
-// Links (or copies) `source` to `target` through a temporary name.
-Result<void> place_file(const std::string& source, const std::string& target, bool try_link) {
+// Creates the directory of `target` (and its parents) as needed and opens it.
+Result<detail::UniqueFd> open_parent(const std::string& target) {
   std::error_code ec;
   auto parent = std::filesystem::path(target).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   if (ec) return fail(ErrorCode::Io, parent.string() + ": cannot create directory: " + ec.message());
-  const std::string tmp = target + ".tmp-" + std::to_string(::getpid());
-  ::unlink(tmp.c_str());
-  if (try_link && ::link(source.c_str(), tmp.c_str()) == 0) {
-    if (::rename(tmp.c_str(), target.c_str()) != 0) {
-      int err = errno;
-      ::unlink(tmp.c_str());
-      return fail(sys_error(target, "cannot rename into place", err));
-    }
-    return {};
-  }
-  int in = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) return fail(sys_error(source, "cannot open", errno));
-  int out = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (out < 0) {
-    int err = errno;
-    ::close(in);
-    return fail(sys_error(tmp, "cannot create", err));
-  }
-  auto cleanup = [&](Error e) {
-    ::close(in);
-    ::close(out);
-    ::unlink(tmp.c_str());
-    return fail(std::move(e));
-  };
+  const std::string dir = parent.empty() ? std::string(".") : parent.string();
+  detail::UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return fail(detail::sys_error(dir, "cannot open directory", errno));
+  return fd;
+}
+
+// Links (or copies) `source` to `target` through a temporary name (file and directory fsync'd).
+Result<void> place_file(const std::string& source, const std::string& target, bool try_link) {
+  auto dir = open_parent(target);
+  if (!dir) return fail(dir.error());
+  detail::UniqueFd in(::open(source.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in) return fail(detail::sys_error(source, "cannot open", errno));
   struct stat st {};
-  ::fstat(in, &st);
-  std::uint64_t left = static_cast<std::uint64_t>(st.st_size);
-  while (left > 0) {
-    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, static_cast<std::size_t>(std::min<std::uint64_t>(left, 1 << 30)), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      // Fall back to read/write (e.g. file systems without copy_file_range).
-      std::vector<char> buf(1 << 20);
-      ssize_t r = ::read(in, buf.data(), buf.size());
-      if (r <= 0) return cleanup(sys_error(source, "cannot read", r < 0 ? errno : EIO));
-      for (ssize_t done = 0; done < r;) {
-        ssize_t w = ::write(out, buf.data() + done, static_cast<std::size_t>(r - done));
-        if (w < 0) return cleanup(sys_error(target, "cannot write", errno));
-        done += w;
-      }
-      n = r;
-    }
-    left -= static_cast<std::uint64_t>(n);
-  }
-  if (::fsync(out) != 0) return cleanup(sys_error(target, "fsync failed", errno));
-  ::close(in);
-  ::close(out);
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return fail(sys_error(target, "cannot rename into place", err));
-  }
-  return {};
+  if (::fstat(in.get(), &st) != 0) return fail(detail::sys_error(source, "cannot stat", errno));
+  const std::string name = std::filesystem::path(target).filename().string();
+  const std::string shown = std::filesystem::path(target).parent_path().string();
+  return detail::replace_with_link_or_copy_at(dir->get(), name, source, in.get(), static_cast<std::uint64_t>(st.st_size),
+                                              try_link, 0644 & ~detail::current_umask(), shown.empty() ? "." : shown);
 }
 
 Result<void> place_text(const std::string& text, const std::string& target) {
-  std::error_code ec;
-  auto parent = std::filesystem::path(target).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  if (ec) return fail(ErrorCode::Io, parent.string() + ": cannot create directory: " + ec.message());
-  return detail::write_file_atomically(target, text);
+  auto dir = open_parent(target);
+  if (!dir) return fail(dir.error());
+  const std::filesystem::path p(target);
+  const std::string shown = p.parent_path().string();
+  return detail::write_file_atomically_at(dir->get(), p.filename().string(), text, 0644 & ~detail::current_umask(),
+                                          shown.empty() ? "." : shown);
 }
 
 }  // namespace
@@ -350,133 +323,6 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
   return blob->map();
 }
 
-namespace {
-
-// The Hugging Face cache of one repo (models--ORG--NAME), written as huggingface_hub lays it
-// out. Everything below that directory is reached with O_NOFOLLOW from directory descriptors,
-// and every name comes from a checked string (a 40-hex commit, a sha256, a checked revision and
-// shard names), so nothing lands outside it; modes follow the umask, as huggingface_hub's do.
-struct HfCacheWriter {
-  detail::UniqueFd root;
-  std::string root_path;
-  mode_t dir_mode = 0755;
-  mode_t file_mode = 0644;
-
-  static Result<HfCacheWriter> open(const std::string& repo_dir) {
-    HfCacheWriter w;
-    const mode_t um = detail::current_umask();
-    w.dir_mode = 0777 & ~um;
-    w.file_mode = 0666 & ~um;
-    w.root_path = repo_dir;
-    auto fd = detail::open_root_dir(repo_dir, true, w.dir_mode);
-    if (!fd) return fail(fd.error().with_context("the Hugging Face cache"));
-    w.root = std::move(*fd);
-    return w;
-  }
-
-  // The directory `rel` below the repo directory, created as needed.
-  Result<detail::UniqueFd> dir(const std::string& rel) const {
-    return detail::open_dir_at(root.get(), rel, root_path, true, dir_mode);
-  }
-
-  // blobs/NAME from the file at `source` (hard link, else a copy of `source_fd`), unless a
-  // regular file of that size is there.
-  Result<void> blob(const std::string& name, const std::string& source, int source_fd, std::uint64_t size) const {
-    auto blobs = dir("blobs");
-    if (!blobs) return fail(blobs.error());
-    struct stat st {};
-    if (::fstatat(blobs->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        static_cast<std::uint64_t>(st.st_size) == size) {
-      return {};
-    }
-    const std::string shown = root_path + "/blobs/" + name;
-    const std::string tmp = name + ".tmp-" + std::to_string(::getpid());
-    ::unlinkat(blobs->get(), tmp.c_str(), 0);
-    if (::linkat(AT_FDCWD, source.c_str(), blobs->get(), tmp.c_str(), 0) != 0) {
-      auto out = detail::open_file_at(blobs->get(), tmp, O_WRONLY | O_CREAT | O_EXCL, file_mode, root_path + "/blobs");
-      if (!out) return fail(out.error());
-      for (std::uint64_t done = 0; done < size;) {
-        off_t in_off = static_cast<off_t>(done);
-        const ssize_t n = ::copy_file_range(source_fd, &in_off, out->get(), nullptr,
-                                            static_cast<std::size_t>(std::min<std::uint64_t>(size - done, 1 << 30)), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          std::vector<char> buf(1 << 20);
-          const ssize_t r = ::pread(source_fd, buf.data(), std::min<std::size_t>(buf.size(), size - done),
-                                    static_cast<off_t>(done));
-          if (r <= 0 || ::write(out->get(), buf.data(), static_cast<std::size_t>(r)) != r) {
-            const int err = r < 0 ? errno : EIO;
-            ::unlinkat(blobs->get(), tmp.c_str(), 0);
-            return fail(sys_error(shown, "cannot copy " + source + " here", err));
-          }
-          done += static_cast<std::uint64_t>(r);
-          continue;
-        }
-        done += static_cast<std::uint64_t>(n);
-      }
-      if (::fsync(out->get()) != 0) {
-        const int err = errno;
-        ::unlinkat(blobs->get(), tmp.c_str(), 0);
-        return fail(sys_error(shown, "fsync failed", err));
-      }
-    }
-    if (::renameat(blobs->get(), tmp.c_str(), blobs->get(), name.c_str()) != 0) {
-      const int err = errno;
-      ::unlinkat(blobs->get(), tmp.c_str(), 0);
-      return fail(sys_error(shown, "cannot rename into place", err));
-    }
-    return {};
-  }
-
-  // blobs/NAME holding `text`.
-  Result<void> small_blob(const std::string& name, const std::string& text) const {
-    auto blobs = dir("blobs");
-    if (!blobs) return fail(blobs.error());
-    struct stat st {};
-    if (::fstatat(blobs->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-        static_cast<std::uint64_t>(st.st_size) == text.size()) {
-      return {};
-    }
-    return detail::write_file_atomically_at(blobs->get(), name, text, file_mode, root_path + "/blobs");
-  }
-
-  // snapshots/COMMIT/PATH -> ../../(..)/blobs/NAME, a relative symlink replaced atomically.
-  Result<void> link(const std::string& commit, const std::string& path, const std::string& name) const {
-    if (auto r = detail::check_relative_path(path, "file name in the repo"); !r) return r;
-    const auto slash = path.rfind('/');
-    const std::string parent = "snapshots/" + commit + (slash == std::string::npos ? "" : "/" + path.substr(0, slash));
-    const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-    auto d = dir(parent);
-    if (!d) return fail(d.error());
-    std::string target;
-    for (std::size_t i = 0, n = 2 + static_cast<std::size_t>(std::count(path.begin(), path.end(), '/')); i < n; ++i) {
-      target += "../";
-    }
-    target += "blobs/" + name;
-    const std::string tmp = base + ".tmp-" + std::to_string(::getpid());
-    ::unlinkat(d->get(), tmp.c_str(), 0);
-    if (::symlinkat(target.c_str(), d->get(), tmp.c_str()) != 0 ||
-        ::renameat(d->get(), tmp.c_str(), d->get(), base.c_str()) != 0) {
-      const int err = errno;
-      ::unlinkat(d->get(), tmp.c_str(), 0);
-      return fail(sys_error(root_path + "/" + parent + "/" + base, "cannot create symlink", err));
-    }
-    return {};
-  }
-
-  // refs/REVISION holding the commit.
-  Result<void> ref(const std::string& revision, const std::string& commit) const {
-    if (auto r = detail::check_revision(revision); !r) return r;
-    const auto slash = revision.rfind('/');
-    auto d = dir(slash == std::string::npos ? std::string("refs") : "refs/" + revision.substr(0, slash));
-    if (!d) return fail(d.error());
-    return detail::write_file_atomically_at(d->get(), slash == std::string::npos ? revision : revision.substr(slash + 1),
-                                            commit, file_mode, root_path + "/refs");
-  }
-};
-
-}  // namespace
-
 Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
   const Impl& impl = *impl_;
   if (!impl.remote || !impl.hub || !impl.commit) {
@@ -490,7 +336,7 @@ Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
   }
   const auto slash = impl.index_name.rfind('/');
   const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
-  auto writer = HfCacheWriter::open(impl.hf_repo_dir);
+  auto writer = detail::HfCacheWriter::open(impl.hf_repo_dir);
   if (!writer) return fail(writer.error());
   std::size_t published = 0;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {

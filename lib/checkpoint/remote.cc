@@ -17,15 +17,22 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "format/json_internal.h"
-#include "format/percent.h"
-#include "hub/location.h"
 #include "hub/environment.h"
+#include "hub/file_facts.h"
+#include "hub/hf_cache.h"
 #include "hub/hub_errors.h"
+#include "hub/location.h"
 #include "net/http_client.h"
+#include "net/url.h"
 
 namespace tensorfetch {
+
+ServerWait server_wait(const detail::HttpWait& w) {
+  return ServerWait{w.url, static_cast<int>(w.status), static_cast<double>(w.wait_ms) / 1000.0,
+                    detail::describe_wait(w)};
+}
 
 using detail::HttpRequest;
 using detail::HttpResponse;
@@ -39,15 +46,6 @@ constexpr std::uint64_t kMaxConfigSize = 16 << 20;
 std::string header_or(const detail::Headers& h, const char* name, std::string fallback = {}) {
   auto it = h.find(name);
   return it == h.end() ? fallback : it->second;
-}
-
-// The value of a header on the final response or, failing that, on any redirect hop.
-std::string find_header(const HttpResponse& r, const char* name) {
-  if (auto v = header_or(r.headers, name); !v.empty()) return v;
-  for (auto it = r.redirects.rbegin(); it != r.redirects.rend(); ++it) {
-    if (auto v = header_or(it->headers, name); !v.empty()) return v;
-  }
-  return {};
 }
 
 struct Remote {
@@ -108,18 +106,20 @@ struct Remote {
 
   // Records the commit a response named; refuses a second, different one, and anything that is
   // not a commit id (it becomes a path in the Hugging Face cache).
+  // The commit a response names (X-Repo-Commit): the first one named is kept, and every later
+  // one must be the same (else the revision moved during the read: Integrity).
   Result<void> note_commit(const HttpResponse& r, const std::string& what) {
-    std::string commit = find_header(r, "x-repo-commit");
-    if (commit.empty()) return {};
-    if (!is_commit_id(commit)) {
-      return fail(ErrorCode::BadResponse, what + ": the server named the commit " + quote_name(commit) +
-                                              " (X-Repo-Commit), which is not a commit id (40 lower-case hex "
-                                              "digits); refused: " + r.url);
-    }
+    auto facts = detail::hub_file_facts(r, what);
+    if (!facts) return fail(facts.error());
+    return note_commit(*facts, what);
+  }
+
+  Result<void> note_commit(const detail::HubFileFacts& facts, const std::string& what) {
+    if (facts.commit.empty()) return {};
     if (!impl.commit) {
-      impl.commit = commit;
-    } else if (*impl.commit != commit) {
-      return fail(ErrorCode::Integrity, what + ": the server answered at commit " + commit +
+      impl.commit = facts.commit;
+    } else if (*impl.commit != facts.commit) {
+      return fail(ErrorCode::Integrity, what + ": the server answered at commit " + facts.commit +
                                             " after " + *impl.commit +
                                             " (the revision moved during the read)");
     }
@@ -153,22 +153,23 @@ struct Remote {
     } else {
       return fail(response_error(r, what));
     }
-    std::string linked_size = find_header(r, "x-linked-size");
-    if (!linked_size.empty() && std::strtoull(linked_size.c_str(), nullptr, 10) != size) {
-      return fail(ErrorCode::BadResponse, what + ": X-Linked-Size " + linked_size +
+    auto facts = detail::hub_file_facts(r, what);
+    if (!facts) return fail(facts.error());
+    if (facts->size() && *facts->size() != size) {
+      return fail(ErrorCode::BadResponse, what + ": X-Linked-Size " + facts->linked_size +
                                               " disagrees with the size " + std::to_string(size) +
                                               " the download reported (" + r.url + ")");
     }
     file.size = size;
     RemoteFileState state;
     state.resolve_url = r.redirects.empty() ? r.url : r.redirects.front().url;
-    std::string linked = find_header(r, "x-linked-etag");
+    const std::string& linked = facts->linked_etag;
     std::string etag = header_or(r.headers, "etag");
     if (!linked.empty()) state.linked_etag = linked;
     if (!etag.empty()) state.range_etag = etag;
     if (!linked.empty() || !etag.empty()) file.etag = linked.empty() ? etag : linked;
     file.url = r.url;
-    if (auto c = note_commit(r, what); !c) return fail(c.error());
+    if (auto c = note_commit(*facts, what); !c) return fail(c.error());
     state.prefix = r.body;
     return state;
   }
@@ -178,7 +179,9 @@ struct Remote {
   // The file's size as a 416 response says it (`bytes */N`) or a redirect hop named it
   // (X-Linked-Size).
   static std::optional<std::uint64_t> known_size(const HttpResponse& r) {
-    if (auto linked = find_header(r, "x-linked-size"); !linked.empty()) return std::strtoull(linked.c_str(), nullptr, 10);
+    if (auto linked = detail::find_header(r, "x-linked-size"); !linked.empty()) {
+      return std::strtoull(linked.c_str(), nullptr, 10);
+    }
     const std::string cr = header_or(r.headers, "content-range");
     if (cr.starts_with("bytes */")) return std::strtoull(cr.c_str() + 8, nullptr, 10);
     return std::nullopt;
@@ -192,13 +195,13 @@ struct Remote {
     if (location.kind != detail::LocationKind::Hub || !impl.commit || hf_repo_dir.empty()) return std::nullopt;
     const auto slash = impl.index_name.rfind('/');
     const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
-    const std::string rel = "snapshots/" + *impl.commit + "/" + dir + impl.files[i].path;
+    const std::string rel = detail::hf_snapshot_path(*impl.commit, dir + impl.files[i].path);
     // The snapshot entry is a link into ../../blobs/: followed only while it stays inside the
     // repo's directory of the Hugging Face cache.
-    detail::UniqueFd root(::open(hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    auto root = detail::open_hf_repo(hf_repo_dir);
     if (!root) return std::nullopt;
     std::string resolved;
-    auto fd = detail::open_file_within(root.get(), rel, hf_repo_dir, &resolved);
+    auto fd = detail::open_file_within(root->get(), rel, hf_repo_dir, &resolved);
     if (!fd) return std::nullopt;
     struct stat st {};
     if (::fstat(fd->get(), &st) != 0) return std::nullopt;
@@ -457,15 +460,6 @@ struct Remote {
   std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
 };
 
-// The Hugging Face cache directory of a Hub repo: the hub cache + models--ORG--NAME
-// (datasets--... for datasets), named after the id as given, as huggingface_hub names it.
-std::string hf_repo_dir(const std::string& hub_cache, const detail::HubRef& hub) {
-  if (hub_cache.empty()) return {};
-  std::string name = hub.repo_id;
-  for (std::size_t p = name.find('/'); p != std::string::npos; p = name.find('/', p + 2)) name.replace(p, 1, "--");
-  return hub_cache + "/" + (hub.dataset ? "datasets--" : "models--") + name;
-}
-
 // The HTTP settings of an open (and, with `max_parallel` changed, of its fetches).
 detail::HttpOptions http_options(const OpenOptions& options) {
   detail::HttpOptions http;
@@ -494,11 +488,11 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   detail::HttpOptions open_http = http;
   open_http.cancel = options.cancel;  // this open only: fetches take their own token
   if (options.on_wait) {
-    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(detail::server_wait(w)); };
+    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
   }
   Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), {}, {}, std::nullopt, {}};
   if (remote.location.kind == detail::LocationKind::Hub) {
-    remote.hf_repo_dir = hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
+    remote.hf_repo_dir = detail::hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
                                      remote.location.hub);
     remote.repo_path = (remote.location.hub.dataset ? "datasets/" : "") + remote.location.hub.repo_id;
     impl.hub = true;
@@ -547,22 +541,13 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
       // files, every one inside the repo's directory of that cache (links followed only there).
       const auto& hub = loc.hub;
       std::string commit = hub.revision;
-      detail::UniqueFd repo(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      auto repo = detail::open_hf_repo(remote.hf_repo_dir);
       if (repo) {
-        if (auto ref = detail::open_file_within(repo.get(), "refs/" + hub.revision, remote.hf_repo_dir)) {
-          char buf[128];
-          const ssize_t n = ::pread(ref->get(), buf, sizeof buf, 0);
-          commit.assign(buf, static_cast<std::size_t>(std::max<ssize_t>(n, 0)));
-          while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back()))) commit.pop_back();
-          if (!is_commit_id(commit)) {
-            return fail(ErrorCode::Io, remote.hf_repo_dir + "/refs/" + hub.revision + ": holds " + quote_name(commit) +
-                                           ", not a commit id (40 lower-case hex digits)");
-          }
-        }
+        auto ref = detail::read_hf_ref(repo->get(), remote.hf_repo_dir, hub.revision);
+        if (!ref) return fail(ref.error());
+        if (*ref) commit = **ref;
       }
-      struct stat st {};
-      if (repo && is_commit_id(commit) &&
-          ::fstatat(repo.get(), ("snapshots/" + commit).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+      if (repo && detail::has_hf_snapshot(repo->get(), commit)) {
         const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
         impl.remote = false;
         impl.commit = commit;
@@ -612,14 +597,16 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   // same sha256) are read from there: no download. Only files inside the repo's directory of
   // that cache are read (a link leading elsewhere is not followed).
   detail::UniqueFd hf_repo;
-  if (!remote.hf_repo_dir.empty()) hf_repo.reset(::open(remote.hf_repo_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!remote.hf_repo_dir.empty()) {
+    if (auto repo = detail::open_hf_repo(remote.hf_repo_dir)) hf_repo = std::move(*repo);
+  }
   for (std::size_t i = 0; i < impl.files.size() && hf_repo; ++i) {
     auto& rf = impl.rfiles[i];
     std::string rel;
     if (rf.local_path.empty()) {
       auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
       if (!sha) continue;
-      rel = "blobs/" + *sha;
+      rel = detail::hf_blob_path(*sha);
     } else {
       rel = rf.local_path.substr(remote.hf_repo_dir.size() + 1);
     }

@@ -22,8 +22,9 @@
 #include <memory>
 #include <thread>
 
+#include "base/fs.h"
+#include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
-#include "format/json_internal.h"
 #include "format/writer_internal.h"
 #include "hub/location.h"
 #include "tensorfetch/writer.hpp"
@@ -32,40 +33,9 @@ namespace tensorfetch {
 
 namespace {
 
-Error sys_error(const std::string& path, const char* what, int err) {
-  return Error{ErrorCode::Io, path + ": " + what + ": " + std::strerror(err)};
-}
-
 Error cancelled_error(const std::string& path) {
   return Error{ErrorCode::Cancelled, path + ": write cancelled"};
 }
-
-/// Closes a descriptor it owns.
-class OwnedFd {
- public:
-  OwnedFd() = default;
-  explicit OwnedFd(int fd) noexcept : fd_(fd) {}
-  OwnedFd(OwnedFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  OwnedFd& operator=(OwnedFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  ~OwnedFd() { reset(); }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  /// Closes now, reporting the error.
-  int close() noexcept { return ::close(std::exchange(fd_, -1)); }
-  void reset() noexcept {
-    if (fd_ >= 0) ::close(std::exchange(fd_, -1));
-  }
-
- private:
-  int fd_ = -1;
-};
 
 /// Writes one output file's bytes in order to a descriptor: small pieces are gathered in a
 /// buffer, large ones (mapped source bytes) written directly with their pages dropped from this
@@ -131,7 +101,7 @@ class ByteWriter {
         // stopped reading cannot keep a cancelled write waiting.
         pollfd p{fd_, POLLOUT, 0};
         const int ready = ::poll(&p, 1, 100);
-        if (ready < 0 && errno != EINTR) return fail(sys_error(what_, "poll failed", errno));
+        if (ready < 0 && errno != EINTR) return fail(detail::sys_error(what_, "poll failed", errno));
         if (ready <= 0) continue;
         if ((p.revents & (POLLERR | POLLNVAL)) != 0 && (p.revents & POLLOUT) == 0) {
           return fail(Error{ErrorCode::Io, what_ + ": the stream was closed by its reader"});
@@ -141,7 +111,7 @@ class ByteWriter {
       if (n < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
         if (errno == EPIPE) return fail(Error{ErrorCode::Io, what_ + ": the stream was closed by its reader"});
-        return fail(sys_error(what_, "write failed", errno));
+        return fail(detail::sys_error(what_, "write failed", errno));
       }
       bytes = bytes.subspan(static_cast<std::size_t>(n));
       written_ += static_cast<std::uint64_t>(n);
@@ -173,32 +143,17 @@ class ByteWriter {
   std::uint64_t waited_ = 0;   // and has completed for [0, waited_)
 };
 
-/// A file being written under a temporary name beside its final path. Unlinks the temporary
-/// file unless `commit()` succeeded.
+/// An output file written under a temporary name beside its final path (detail::PendingFile:
+/// fsync'd, renamed into place, its directory fsync'd), through a ByteWriter. The temporary
+/// file is removed unless `commit()` succeeded.
 class PendingFile {
  public:
   static Result<PendingFile> create(const std::string& final_path, const CancelToken& cancel) {
-    PendingFile f;
-    f.final_ = final_path;
-    f.temp_ = final_path + ".tmp-XXXXXX";
-    OwnedFd fd(::mkostemp(f.temp_.data(), O_CLOEXEC));
-    if (fd.get() < 0) {
-      f.temp_.clear();
-      return fail(sys_error(final_path, "cannot create a temporary file", errno));
-    }
-    ::fchmod(fd.get(), 0644);
-    f.fd_ = std::move(fd);
-    f.writer_ = std::make_unique<ByteWriter>(f.fd_.get(), final_path, cancel, true);
+    auto file = detail::PendingFile::create(final_path, 0644);
+    if (!file) return fail(file.error());
+    PendingFile f(std::move(*file));
+    f.writer_ = std::make_unique<ByteWriter>(f.file_.fd(), final_path, cancel, true);
     return f;
-  }
-  PendingFile() = default;
-  PendingFile(PendingFile&& o) noexcept
-      : final_(std::move(o.final_)), temp_(std::move(o.temp_)), fd_(std::move(o.fd_)),
-        writer_(std::move(o.writer_)), committed_(std::exchange(o.committed_, true)) {}
-  PendingFile& operator=(PendingFile&&) = delete;
-  ~PendingFile() {
-    fd_.reset();
-    if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
   }
 
   [[nodiscard]] ByteWriter& writer() { return *writer_; }
@@ -206,35 +161,17 @@ class PendingFile {
   /// Flushes the data to disk and closes the file (still under its temporary name).
   Result<void> finish() {
     if (auto r = writer_->flush(); !r) return r;
-    if (::fsync(fd_.get()) != 0) return fail(sys_error(final_, "fsync failed", errno));
-    if (fd_.close() != 0) return fail(sys_error(final_, "close failed", errno));
-    return {};
+    return file_.finish();
   }
 
   /// Renames the finished file into place.
-  Result<void> commit() {
-    if (::rename(temp_.c_str(), final_.c_str()) != 0) {
-      return fail(sys_error(final_, "cannot rename into place", errno));
-    }
-    committed_ = true;
-    return {};
-  }
-
-  [[nodiscard]] const std::string& final_path() const { return final_; }
+  Result<void> commit() { return file_.commit(); }
 
  private:
-  std::string final_;
-  std::string temp_;
-  OwnedFd fd_;
+  explicit PendingFile(detail::PendingFile file) : file_(std::move(file)) {}
+  detail::PendingFile file_;
   std::unique_ptr<ByteWriter> writer_;
-  bool committed_ = false;
 };
-
-void sync_directory(const std::string& file_path) {
-  auto dir = std::filesystem::path(file_path).parent_path();
-  OwnedFd fd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) ::fsync(fd.get());
-}
 
 /// How an output path is written.
 struct Target {
@@ -256,7 +193,7 @@ Result<Target> classify_target(const std::string& path, bool allow_stream) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) {
     if (errno == ENOENT) return Target{Target::Kind::File, path};
-    return fail(sys_error(path, "cannot inspect the output", errno));
+    return fail(detail::sys_error(path, "cannot inspect the output", errno));
   }
   const bool link = S_ISLNK(st.st_mode);
   if (link && ::stat(path.c_str(), &st) != 0) {
@@ -264,14 +201,14 @@ Result<Target> classify_target(const std::string& path, bool allow_stream) {
       return fail(ErrorCode::InvalidArgument,
                   path + ": is a symbolic link to a missing file; not writing through it");
     }
-    return fail(sys_error(path, "cannot inspect the output", errno));
+    return fail(detail::sys_error(path, "cannot inspect the output", errno));
   }
   if (S_ISREG(st.st_mode)) {
     if (!link) return Target{Target::Kind::File, path};
     // Replace the link's target, not the link (as root, `-o /dev/stdout` redirected to a file
     // must not turn /dev/stdout into a regular file).
     std::unique_ptr<char, decltype(&std::free)> resolved(::realpath(path.c_str(), nullptr), &std::free);
-    if (!resolved) return fail(sys_error(path, "cannot resolve the symbolic link", errno));
+    if (!resolved) return fail(detail::sys_error(path, "cannot resolve the symbolic link", errno));
     return Target{Target::Kind::File, resolved.get()};
   }
   if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) {
@@ -289,11 +226,11 @@ Result<Target> classify_target(const std::string& path, bool allow_stream) {
 
 /// Opens a FIFO or character device for writing, non-blocking (a file description of our own,
 /// so the flag affects no one else). A FIFO without a reader is waited for, checking `cancel`.
-Result<OwnedFd> open_stream(const std::string& path, const CancelToken& cancel) {
+Result<detail::UniqueFd> open_stream(const std::string& path, const CancelToken& cancel) {
   while (true) {
-    OwnedFd fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+    detail::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
     if (fd.get() >= 0) return fd;
-    if (errno != ENXIO && errno != EINTR) return fail(sys_error(path, "cannot open the output", errno));
+    if (errno != ENXIO && errno != EINTR) return fail(detail::sys_error(path, "cannot open the output", errno));
     // ENXIO: a FIFO nobody reads yet.
     if (cancel.cancelled()) return fail(cancelled_error(path));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -305,7 +242,7 @@ Result<OwnedFd> open_stream(const std::string& path, const CancelToken& cancel) 
 /// /proc/self/fd), so that waiting for a stalled reader can be cancelled; otherwise `fd`
 /// itself (regular files and /dev/null do not block; sockets are waited on with poll).
 struct StreamFd {
-  OwnedFd owned;
+  detail::UniqueFd owned;
   int fd = -1;
 };
 
@@ -317,7 +254,7 @@ StreamFd stream_descriptor(int fd) {
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK) == 0 && (flags & O_APPEND) == 0) {
       const std::string proc = "/proc/self/fd/" + std::to_string(fd);
-      OwnedFd reopened(::open(proc.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+      detail::UniqueFd reopened(::open(proc.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
       struct stat again {};
       if (reopened.get() >= 0 && ::fstat(reopened.get(), &again) == 0 && again.st_dev == st.st_dev &&
           again.st_ino == st.st_ino) {
@@ -455,7 +392,7 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     if (!fd) return fail(fd.error());
     ByteWriter writer(fd->get(), targets[0].path, options.cancel, false);
     if (auto r = write_file(*impl_, job.outputs[0], writer, options.cancel); !r) return r;
-    if (fd->close() != 0) return fail(sys_error(targets[0].path, "close failed", errno));
+    if (fd->close() != 0) return fail(detail::sys_error(targets[0].path, "close failed", errno));
     return {};
   }
 
@@ -486,7 +423,6 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
   for (auto& f : pending) {
     if (auto r = f.commit(); !r) return r;
   }
-  for (const auto& f : pending) sync_directory(f.final_path());
   return {};
 }
 

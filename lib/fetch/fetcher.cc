@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "fetch/planner.h"
 #include "hub/hub_errors.h"
 
 namespace tensorfetch::detail {
@@ -116,11 +117,11 @@ struct State {
   std::span<FetchFile> files;
   const FetchSettings& settings;
   Committer committer;
-  FetchProgress progress;
+  TransferProgress progress;
   Clock::time_point started = Clock::now();
   Clock::time_point last_report{};
   std::vector<std::size_t> chunks_left;  // per file
-  std::vector<FileProgress> per_file;
+  std::vector<FileTransferProgress> per_file;
   bool cancelled = false;
 
   State(std::span<FetchFile> f, const FetchSettings& s)
@@ -252,11 +253,13 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
       if (!h) return fail(h.error().with_context(f.what));
       have = std::move(*h);
     }
-    RangeSet wanted = normalize(f.wanted);
-    for (auto& r : wanted) r.length = std::min(r.end(), f.size) - std::min(r.offset, f.size);
-    const RangeSet missing = subtract(wanted, have);
-    cached += total_bytes(wanted) - total_bytes(missing);
-    for (const auto& r : split(coalesce(missing, settings.max_gap), settings.max_chunk)) out.push_back(PlannedChunk{i, r});
+    std::vector<ByteRange> wanted = f.wanted;  // clipped to the file (a range past its end is not fetched)
+    for (auto& r : wanted) r = ByteRange{std::min(r.offset, f.size), std::min(r.end(), f.size) - std::min(r.offset, f.size)};
+    std::uint64_t held = 0;
+    for (const auto& r : plan_transfers(std::move(wanted), have, settings.max_gap, settings.max_chunk, &held)) {
+      out.push_back(PlannedChunk{i, r});
+    }
+    cached += held;
   }
   if (bytes_cached) *bytes_cached = cached;
   return out;
@@ -293,7 +296,7 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   HttpOptions http = settings.http;
   http.on_wait = [&](const HttpWait& w) {
     state.progress.waiting_seconds = static_cast<double>(w.wait_ms) / 1000.0;
-    if (settings.on_wait) settings.on_wait(server_wait(w));
+    if (settings.on_wait) settings.on_wait(w);
     (void)state.report(true);
     state.progress.waiting_seconds = 0;
   };

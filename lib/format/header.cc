@@ -189,6 +189,14 @@ struct Reader {
   }
 };
 
+// One step of iterating an object: the field and its unescaped key (valid until the next
+// unescape). Malformed JSON is HeaderJson.
+Result<void> read_field(Reader& rd, simdjson::simdjson_result<od::field> step, od::field& field, std::string_view& key) {
+  if (auto e = std::move(step).get(field)) return fail(rd.json_error(e));
+  if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+  return {};
+}
+
 Result<void> validate_value(Reader& rd, od::value value, std::string_view where);
 
 // Refuses a key seen before in the same object. Small objects compare linearly; big ones hash.
@@ -221,9 +229,8 @@ Result<void> validate_value(Reader& rd, od::value value, std::string_view where)
       KeySet keys;
       for (auto field_result : obj) {
         od::field field;
-        if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
         std::string_view key;
-        if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+        if (auto r = read_field(rd, std::move(field_result), field, key); !r) return fail(r.error());
         if (!keys.insert(key)) {
           return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + std::string(where));
         }
@@ -286,9 +293,8 @@ Result<Metadata> parse_metadata(Reader& rd, od::value value) {
   Metadata out;
   for (auto field_result : obj) {
     od::field field;
-    if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
     std::string_view key;
-    if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+    if (auto r = read_field(rd, std::move(field_result), field, key); !r) return fail(r.error());
     std::string k(key);  // the next unescape may reuse simdjson's buffer
     std::string_view text;
     if (auto e = field.value().get_string().get(text)) {
@@ -364,6 +370,22 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
   // Messages only: built when something is wrong, not for every tensor.
   auto where = [&] { return "tensor " + quote_name(t.name); };
   auto fail_entry = [&](ErrorCode code, const std::string& what) { return fail(code, where() + ": " + what); };
+  // `shape` or `data_offsets` (`key`): non-negative integers, `count` of them unless 0.
+  auto read_list = [&](od::field& field, bool& seen, std::vector<std::uint64_t>& out, ErrorCode code, const char* key,
+                       const char* subject, const char* rule, std::size_t count) -> Result<void> {
+    if (seen) return fail_entry(ErrorCode::DuplicateKey, std::string("duplicate key '") + key + "'");
+    seen = true;
+    auto got = read_uints(rd, field.value(), t.name, out);
+    if (!got) return fail(got.error());
+    if (got->negative_zero) {
+      return fail_entry(code, std::string("'-0' in ") + key + " " + got->excerpt + "; " + subject +
+                                  " non-negative integers without a sign");
+    }
+    if (!got->ok || (count != 0 && out.size() != count)) {
+      return fail_entry(code, std::string(key) + " " + rule + ", got " + got->excerpt);
+    }
+    return {};
+  };
   const char* start = value.raw_json_token().data();
   od::object obj;
   if (auto e = value.get_object().get(obj)) {
@@ -404,29 +426,16 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
       if (!dt) return fail_entry(ErrorCode::InvalidDtype, "unknown dtype " + quote_name(name));
       t.dtype = *dt;
     } else if (key == "shape") {
-      if (have_shape) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'shape'");
-      have_shape = true;
-      auto got = read_uints(rd, field.value(), t.name, dims);
-      if (!got) return fail(got.error());
-      if (got->negative_zero) {
-        return fail_entry(ErrorCode::InvalidShape,
-                          "'-0' in shape " + got->excerpt + "; it must hold non-negative integers without a sign");
-      }
-      if (!got->ok) {
-        return fail_entry(ErrorCode::InvalidShape, "shape must hold non-negative integers, got " + got->excerpt);
+      if (auto r = read_list(field, have_shape, dims, ErrorCode::InvalidShape, "shape", "it must hold",
+                             "must hold non-negative integers", 0);
+          !r) {
+        return fail(r.error());
       }
     } else if (key == "data_offsets") {
-      if (have_offsets) return fail_entry(ErrorCode::DuplicateKey, "duplicate key 'data_offsets'");
-      have_offsets = true;
-      auto got = read_uints(rd, field.value(), t.name, offsets);
-      if (!got) return fail(got.error());
-      if (got->negative_zero) {
-        return fail_entry(ErrorCode::InvalidOffsets, "'-0' in data_offsets " + got->excerpt +
-                                                         "; they must be non-negative integers without a sign");
-      }
-      if (!got->ok || offsets.size() != 2) {
-        return fail_entry(ErrorCode::InvalidOffsets,
-                          "data_offsets must be exactly two non-negative integers, got " + got->excerpt);
+      if (auto r = read_list(field, have_offsets, offsets, ErrorCode::InvalidOffsets, "data_offsets", "they must be",
+                             "must be exactly two non-negative integers", 2);
+          !r) {
+        return fail(r.error());
       }
     } else {
       // Ignored, but well-formed and without repeated keys, here or nested.
@@ -556,9 +565,8 @@ Result<Header> HeaderParser::parse(std::span<const std::byte> header_bytes, std:
   std::vector<std::uint64_t> dims, offsets;
   for (auto field_result : root) {
     od::field field;
-    if (auto e = std::move(field_result).get(field)) return fail(rd.json_error(e));
     std::string_view key;
-    if (auto e = field.unescaped_key().get(key)) return fail(rd.json_error(e));
+    if (auto r = read_field(rd, std::move(field_result), field, key); !r) return fail(r.error());
     if (key == "__metadata__") {
       if (have_metadata) {
         return fail(ErrorCode::DuplicateKey, "duplicate key '__metadata__' in the header");

@@ -4,8 +4,8 @@
 #include <cctype>
 #include <map>
 
+#include "base/text.h"
 #include "format/json_internal.h"
-#include "format/percent.h"
 #include "tensorfetch/index.hpp"
 
 namespace tensorfetch {

@@ -112,27 +112,4 @@ std::string excerpt(simdjson::dom::element value) {
   return out;
 }
 
-std::string quote_name(std::string_view name) {
-  std::string out = "'";
-  constexpr std::size_t kMax = 200;
-  std::size_t n = 0;
-  for (char c : name) {
-    if (++n > kMax) {
-      out += "...";
-      break;
-    }
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  out += "'";
-  return out;
-}
-
 }  // namespace tensorfetch::detail

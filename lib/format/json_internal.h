@@ -9,6 +9,7 @@
 
 #include <simdjson.h>
 
+#include "base/text.h"
 #include "format/huge_pages.h"
 #include "tensorfetch/error.hpp"
 
@@ -43,8 +44,5 @@ class JsonParser {
 
 /// A short, printable rendering of a JSON value for error messages (at most ~60 chars).
 [[nodiscard]] std::string excerpt(simdjson::dom::element value);
-
-/// Quotes a name for messages, escaping control characters: 'name'.
-[[nodiscard]] std::string quote_name(std::string_view name);
 
 }  // namespace tensorfetch::detail

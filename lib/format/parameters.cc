@@ -8,8 +8,8 @@
 #include <cmath>
 #include <vector>
 
+#include "base/text.h"
 #include "format/json_internal.h"
-#include "format/percent.h"
 
 namespace tensorfetch {
 

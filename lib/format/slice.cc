@@ -2,7 +2,7 @@
 // Slices (get_slice semantics) to minimal contiguous byte ranges. No I/O.
 #include <charconv>
 
-#include "format/json_internal.h"
+#include "base/text.h"
 #include "tensorfetch/slice.hpp"
 
 namespace tensorfetch {

@@ -9,7 +9,7 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
-#include "format/json_internal.h"
+#include "base/text.h"
 #include "format/name_index.h"
 #include "format/writer_internal.h"
 #include "tensorfetch/writer.hpp"

@@ -167,23 +167,15 @@ Error hub_error(const HubReply& r, const HubAsk& ask) {
   return {ErrorCode::BadResponse, "unexpected " + status + ": " + where};
 }
 
-ServerWait server_wait(const HttpWait& w) {
-  ServerWait out;
-  out.url = w.url;
-  out.status = static_cast<int>(w.status);
-  out.seconds = static_cast<double>(w.wait_ms) / 1000.0;
-  if (w.headers) {
-    auto get = [&](const char* name) {
-      auto it = w.headers->find(name);
-      return it == w.headers->end() ? std::string() : it->second;
-    };
-    if (auto info = parse_rate_limit(get("ratelimit"), get("ratelimit-policy"))) {
-      out.detail = describe_rate_limit(*info);
-    } else if (auto ra = get("retry-after"); !ra.empty()) {
-      out.detail = "(Retry-After: " + ra + ")";
-    }
-  }
-  return out;
+std::string describe_wait(const HttpWait& w) {
+  if (!w.headers) return {};
+  auto get = [&](const char* name) {
+    auto it = w.headers->find(name);
+    return it == w.headers->end() ? std::string() : it->second;
+  };
+  if (auto info = parse_rate_limit(get("ratelimit"), get("ratelimit-policy"))) return describe_rate_limit(*info);
+  if (auto ra = get("retry-after"); !ra.empty()) return "(Retry-After: " + ra + ")";
+  return {};
 }
 
 bool is_commit_id(std::string_view s) noexcept { return hex_of_length(s, 40); }

@@ -18,7 +18,6 @@
 #include <string_view>
 
 #include "net/http_client.h"
-#include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
@@ -71,9 +70,10 @@ struct HubAsk {
 /// wrong, or the server refuses service): no point asking for other files.
 [[nodiscard]] bool hub_error_is_final(const HubReply& reply) noexcept;
 
-/// A wait a server asked for, as the public API reports it: the rate limit described from its
-/// `RateLimit` / `RateLimit-Policy` headers, or the `Retry-After` it sent.
-[[nodiscard]] ServerWait server_wait(const HttpWait& wait);
+/// What a server said when it asked for a wait: its rate limit described from the `RateLimit` /
+/// `RateLimit-Policy` headers ("(0 of 3000 requests left ...)"), else "(Retry-After: N)", else
+/// "". The public `ServerWait::detail`.
+[[nodiscard]] std::string describe_wait(const HttpWait& wait);
 
 /// True when `s` is a commit id: exactly 40 lower-case hex digits.
 [[nodiscard]] bool is_commit_id(std::string_view s) noexcept;

@@ -4,8 +4,8 @@
 #include <array>
 #include <cctype>
 
-#include "format/json_internal.h"
-#include "format/percent.h"
+#include "base/text.h"
+#include "net/url.h"
 #include "tensorfetch/index.hpp"
 
 namespace tensorfetch::detail {
@@ -172,35 +172,6 @@ Result<Location> parse_location(std::string_view text, bool local_exists) {
   return loc;
 }
 
-std::string percent_encode(std::string_view s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += c;
-    } else {
-      out += '%';
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    }
-  }
-  return out;
-}
-
-std::string encode_path(std::string_view path) {
-  std::string out;
-  std::size_t start = 0;
-  while (true) {
-    auto slash = path.find('/', start);
-    out += percent_encode(path.substr(start, slash == std::string_view::npos ? path.npos : slash - start));
-    if (slash == std::string_view::npos) break;
-    out += '/';
-    start = slash + 1;
-  }
-  return out;
-}
-
 std::string resolve_url(std::string_view endpoint, const HubRef& repo, std::string_view revision,
                         std::string_view path) {
   std::string url(endpoint);
@@ -213,25 +184,6 @@ std::string resolve_url(std::string_view endpoint, const HubRef& repo, std::stri
   url += '/';
   url += encode_path(path);
   return url;
-}
-
-std::string sibling_url(std::string_view base_url, std::string_view relative) {
-  std::string_view base = base_url.substr(0, base_url.find_first_of("?#"));
-  auto slash = base.rfind('/');
-  return std::string(base.substr(0, slash + 1)) + encode_path(relative);
-}
-
-std::string url_authority(std::string_view url) {
-  auto scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos) return {};
-  auto host_start = scheme_end + 3;
-  auto host_end = url.find_first_of("/?#", host_start);
-  std::string_view authority = url.substr(host_start, host_end == std::string_view::npos ? url.npos : host_end - host_start);
-  if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
-  if (authority.empty()) return {};
-  std::string out(url.substr(0, host_start));
-  out += ascii_lower(authority);
-  return out;
 }
 
 std::span<const std::string_view> checkpoint_candidates() noexcept {

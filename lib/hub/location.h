@@ -55,19 +55,6 @@ struct Location {
 [[nodiscard]] std::string resolve_url(std::string_view endpoint, const HubRef& repo,
                                       std::string_view revision, std::string_view path);
 
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-[[nodiscard]] std::string percent_encode(std::string_view s);
-
-/// Percent-encodes each `/`-separated segment of a relative path.
-[[nodiscard]] std::string encode_path(std::string_view path);
-
-/// The URL of `relative` (a shard named by an index) next to `base_url` (the index's URL):
-/// the base's directory (query and fragment dropped) plus the encoded relative path.
-[[nodiscard]] std::string sibling_url(std::string_view base_url, std::string_view relative);
-
-/// The scheme://host[:port] of a URL, lower-cased host; empty if it has none.
-[[nodiscard]] std::string url_authority(std::string_view url);
-
 /// Files that make a directory (or repo without PATH) a checkpoint, in order of preference:
 /// `model.safetensors`, `model.safetensors.index.json`, then the diffusers layouts.
 [[nodiscard]] std::span<const std::string_view> checkpoint_candidates() noexcept;

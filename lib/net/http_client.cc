@@ -9,17 +9,32 @@
 #include <charconv>
 #include <cstdio>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <random>
 
-#include "format/percent.h"
-#include "hub/location.h"
+#include "base/text.h"
+#include "net/url.h"
 
 namespace tensorfetch::detail {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// Owners of libcurl handles: each freed with its own cleanup call, never by hand.
+struct CurlEasyCleanup {
+  void operator()(CURL* e) const noexcept { curl_easy_cleanup(e); }
+};
+struct CurlSlistFree {
+  void operator()(curl_slist* l) const noexcept { curl_slist_free_all(l); }
+};
+struct CurlMultiCleanup {
+  void operator()(CURLM* m) const noexcept { curl_multi_cleanup(m); }
+};
+using CurlEasy = std::unique_ptr<CURL, CurlEasyCleanup>;
+using CurlSlist = std::unique_ptr<curl_slist, CurlSlistFree>;
+using CurlMulti = std::unique_ptr<CURLM, CurlMultiCleanup>;
 
 // Error bodies (4xx/5xx) are kept up to this size; the rest is discarded.
 constexpr std::uint64_t kMaxErrorBody = 64 << 10;
@@ -86,8 +101,8 @@ struct Transfer {
   std::string url;           // current hop
   int attempt = 0;           // attempts of the current hop
   int restarts = 0;          // restarts from the request's URL after a CDN fault
-  CURL* easy = nullptr;
-  curl_slist* headers = nullptr;
+  CurlEasy easy;             // while an attempt runs
+  CurlSlist headers;         // its request headers
   HttpResponse response;     // accumulated (redirects) and current
   long status = 0;           // of the current attempt
   Headers current_headers;
@@ -248,7 +263,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t n = size * count;
   long status = 0;
-  curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &status);
   if (status >= 300 && status < 400) return n;  // redirect bodies are not kept
   const auto& req = *t->request;
   if (req.sink && (status == 200 || status == 206)) {
@@ -385,17 +400,14 @@ Result<void> check_request(const HttpRequest& r) {
 
 struct HttpClient::Impl {
   HttpOptions options;
-  CURLM* multi = nullptr;
+  CurlMulti multi;
   HttpStats stats;
   std::mt19937_64 rng{std::random_device{}()};
 
   explicit Impl(HttpOptions o) : options(std::move(o)) {
     global_init();
-    multi = curl_multi_init();
-    curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-  }
-  ~Impl() {
-    if (multi) curl_multi_cleanup(multi);
+    multi.reset(curl_multi_init());
+    curl_multi_setopt(multi.get(), CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
   }
 
   long backoff_ms(int attempt) {
@@ -406,7 +418,7 @@ struct HttpClient::Impl {
   }
 
   void start(Transfer& t) {
-    t.easy = curl_easy_init();
+    t.easy.reset(curl_easy_init());
     t.status = 0;
     t.current_headers.clear();
     t.body.clear();
@@ -425,7 +437,7 @@ struct HttpClient::Impl {
     t.delivered_before = t.delivered;
     ++t.attempt;
     ++stats.requests;
-    CURL* e = t.easy;
+    CURL* e = t.easy.get();
     curl_easy_setopt(e, CURLOPT_URL, t.url.c_str());
     curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
@@ -462,17 +474,15 @@ struct HttpClient::Impl {
         url_authority(t.url) == req.token_authority) {
       h = curl_slist_append(h, ("Authorization: Bearer " + req.bearer_token).c_str());
     }
-    t.headers = h;
+    t.headers.reset(h);
     if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    curl_multi_add_handle(multi, e);
+    curl_multi_add_handle(multi.get(), e);
   }
 
   void finish_attempt(Transfer& t) {
-    curl_multi_remove_handle(multi, t.easy);
-    curl_easy_cleanup(t.easy);
-    t.easy = nullptr;
-    curl_slist_free_all(t.headers);
-    t.headers = nullptr;
+    curl_multi_remove_handle(multi.get(), t.easy.get());
+    t.easy.reset();
+    t.headers.reset();
   }
 
   // The resource's full size as far as this response and its hops tell: the request's
@@ -515,7 +525,7 @@ struct HttpClient::Impl {
   // Decides what follows a finished attempt; fills `result` when done.
   Next evaluate(Transfer& t, CURLcode code, std::optional<Result<HttpResponse>>& result, long& wait_ms) {
     const auto& req = *t.request;
-    curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &t.status);
+    curl_easy_getinfo(t.easy.get(), CURLINFO_RESPONSE_CODE, &t.status);
     stats.bytes += t.body.size() + (t.delivered - t.delivered_before);
     if (t.sink_error) {  // refused before or while streaming: final, never retried
       result = fail(*t.sink_error);
@@ -550,7 +560,7 @@ struct HttpClient::Impl {
     }
     if (t.status >= 300 && t.status < 400 && t.status != 304) {
       char* target = nullptr;
-      curl_easy_getinfo(t.easy, CURLINFO_REDIRECT_URL, &target);
+      curl_easy_getinfo(t.easy.get(), CURLINFO_REDIRECT_URL, &target);
       if (target == nullptr || *target == '\0') {
         result = fail(ErrorCode::BadResponse, describe(t) + ": " + std::to_string(t.status) +
                                                   " redirect without a Location");
@@ -695,9 +705,9 @@ struct HttpClient::Impl {
         ++active;
       }
       int running = 0;
-      curl_multi_perform(multi, &running);
+      curl_multi_perform(multi.get(), &running);
       int left = 0;
-      while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+      while (CURLMsg* msg = curl_multi_info_read(multi.get(), &left)) {
         if (msg->msg != CURLMSG_DONE) continue;
         Transfer* t = nullptr;
         curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
@@ -741,7 +751,7 @@ struct HttpClient::Impl {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(transfers[i].due - Clock::now()).count();
         timeout_ms = std::clamp<long>(static_cast<long>(ms), 0, timeout_ms);
       }
-      if (timeout_ms > 0 || active > 0) curl_multi_poll(multi, nullptr, 0, static_cast<int>(timeout_ms), nullptr);
+      if (timeout_ms > 0 || active > 0) curl_multi_poll(multi.get(), nullptr, 0, static_cast<int>(timeout_ms), nullptr);
     }
     std::vector<Result<HttpResponse>> out;
     out.reserve(results.size());

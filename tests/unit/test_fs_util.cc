@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "cache/fs_util.h"
+#include "base/fs.h"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hub/location.h"
+#include "net/url.h"
 
 using namespace tensorfetch;
 using namespace tensorfetch::detail;

@@ -496,8 +496,13 @@ TEST_CASE("planner properties against a bitmap oracle (fixed seed)", "[planner][
     REQUIRE(td::normalize(pieces) == joined);
 
     // plan_transfers is the composition, on the raw (unsorted, overlapping) wanted list.
-    const Ranges plan = td::plan_transfers(raw_wanted, have, max_gap, max_chunk);
+    std::uint64_t held = 0;
+    const Ranges plan = td::plan_transfers(raw_wanted, have, max_gap, max_chunk, &held);
     REQUIRE(plan == pieces);
+    // already_held: the wanted bytes the cache covers, each counted once.
+    std::uint64_t held_bits = 0;
+    for (std::uint64_t i = 0; i < kUniverse; ++i) held_bits += wanted_bits[i] && have_bits[i] ? 1 : 0;
+    REQUIRE(held == held_bits);
     // No planned byte is cached unless it sits in a hole of at most max_gap.
     const Bits plan_bits = bits_of(plan);
     for (std::uint64_t i = 0; i < kUniverse; ++i) {

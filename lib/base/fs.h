@@ -9,8 +9,8 @@
 // follows links, open_file_within, does so by resolving them itself and refuses any that lead
 // outside the root (the Hugging Face cache's snapshot links into ../../blobs/).
 //
-// No types of the layers above (no checkpoint, cache or hub types): a later refactor moves this
-// into the `base` layer.
+// The `base` layer: no types of the layers above. Also the one way to put a file in place
+// atomically (PendingFile and the replace_* functions below), errors from errno, and flock.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensorfetch/error.hpp"
 
@@ -42,10 +43,29 @@ class UniqueFd {
   [[nodiscard]] explicit operator bool() const noexcept { return fd_ >= 0; }
   /// Closes the held descriptor (if any) and takes `fd`.
   void reset(int fd = -1) noexcept;
+  /// Closes the held descriptor now and returns what close(2) returned (0, or -1 with errno
+  /// set; 0 when none was held), for writers that must report a failed close.
+  int close() noexcept;
+  /// Gives up ownership: returns the descriptor (-1: none), which the caller must close.
+  [[nodiscard]] int release() noexcept;
 
  private:
   int fd_ = -1;
 };
+
+/// The error for a failed system call on `path`: "PATH: WHAT: strerror(err)", plus "(the disk
+/// is full)" for ENOSPC/EDQUOT. The one rule for its code: ENOENT is `NotFound` (something
+/// that should be there is not), every other errno is `Io`. Pure.
+[[nodiscard]] Error sys_error(const std::string& path, std::string_view what, int err);
+
+/// `flock(fd, op)`, retried when a signal interrupts it. False (errno set) on any other
+/// failure, including EWOULDBLOCK for a LOCK_NB request that someone else's lock refuses.
+[[nodiscard]] bool lock_file(int fd, int op) noexcept;
+
+/// The names in the directory `name` of `dirfd` ("." for `dirfd` itself), without `.` and
+/// `..`, in no particular order; the directory is opened with O_NOFOLLOW. `shown` names it in
+/// messages.
+[[nodiscard]] Result<std::vector<std::string>> list_dir_at(int dirfd, std::string_view name, const std::string& shown);
 
 /// Who besides the user may have written what tensorfetch reads from a directory it trusts.
 enum class Sharing {
@@ -107,16 +127,77 @@ struct Modes {
 [[nodiscard]] Result<std::string> read_file_at(int dirfd, std::string_view name, std::uint64_t max_bytes,
                                                const std::string& shown);
 
-/// Replaces `name` in `dirfd` with `text` so that a reader sees the old or the new file, never
-/// a part: written to a new temporary name beside it (O_EXCL|O_NOFOLLOW, mode `mode`), fsync'd,
-/// renamed over, and the directory fsync'd. A symbolic link at `name` is replaced, never
-/// followed.
+/// A new file written under a unique temporary name beside its final name (`NAME.tmp-PID-N`,
+/// created O_EXCL|O_NOFOLLOW with exactly `mode`) and put in place by `commit`: the data
+/// fsync'd, the file renamed over `name` (replacing a file or a symbolic link there, never
+/// following it), then the directory fsync'd, so that a reader or a crash sees the old file or
+/// the new one, never a part. Dropped without `commit`, the temporary file is removed. The one
+/// atomic file writer of the library: the replace_* functions below are built on it.
+/// Move-only; owns a descriptor of the file and of its directory; not thread-safe.
+class PendingFile {
+ public:
+  /// Creates the temporary file for `name` (one component) in `dirfd` (the directory stays
+  /// open, duplicated, until the object goes). `shown` is the directory's path in messages.
+  [[nodiscard]] static Result<PendingFile> create(int dirfd, std::string_view name, mode_t mode,
+                                                  const std::string& shown);
+  /// create() for a path chosen by the user: its directory must exist (links on the way are
+  /// followed; the file itself is replaced, never followed).
+  [[nodiscard]] static Result<PendingFile> create(const std::string& path, mode_t mode);
+
+  PendingFile(PendingFile&& other) noexcept;
+  PendingFile& operator=(PendingFile&&) = delete;
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+  ~PendingFile();
+
+  /// The open temporary file (-1 after `finish`); owned by this object.
+  [[nodiscard]] int fd() const noexcept { return fd_.get(); }
+  /// The final path, for messages.
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+
+  /// Appends `bytes` at the file's position (retrying short writes and EINTR).
+  [[nodiscard]] Result<void> write(std::string_view bytes);
+  /// Appends the first `size` bytes of `source_fd` (copy_file_range, else read/write), which
+  /// `source_shown` names in messages.
+  [[nodiscard]] Result<void> copy_from(int source_fd, std::uint64_t size, const std::string& source_shown);
+  /// Makes the data durable (fsync) and closes the file, still under its temporary name.
+  /// Called by `commit` when not called before.
+  [[nodiscard]] Result<void> finish();
+  /// finish(), then renames the file over its final name and fsyncs the directory.
+  [[nodiscard]] Result<void> commit();
+
+ private:
+  PendingFile() = default;
+  UniqueFd dir_;
+  UniqueFd fd_;
+  std::string name_;
+  std::string tmp_;
+  std::string path_;
+  bool finished_ = false;
+  bool committed_ = false;
+};
+
+/// Replaces `name` in `dirfd` with a file holding `text` (a PendingFile: temporary name,
+/// fsync, rename, directory fsync). A symbolic link at `name` is replaced, never followed.
 [[nodiscard]] Result<void> write_file_atomically_at(int dirfd, std::string_view name, std::string_view text,
                                                     mode_t mode, const std::string& shown);
 
 /// write_file_atomically_at for a path chosen by the user (its directory must exist; links in
 /// the directory's path are followed, the file itself is replaced). Mode 0644 before umask.
 [[nodiscard]] Result<void> write_file_atomically(const std::string& path, std::string_view text);
+
+/// Replaces `name` in `dirfd` with a hard link to `source_path` when `try_link` and the file
+/// system allows it, else with a copy of the first `size` bytes of `source_fd` (a
+/// PendingFile, mode `mode`); either way through a temporary name, renamed over, the
+/// directory fsync'd.
+[[nodiscard]] Result<void> replace_with_link_or_copy_at(int dirfd, std::string_view name, const std::string& source_path,
+                                                        int source_fd, std::uint64_t size, bool try_link, mode_t mode,
+                                                        const std::string& shown);
+
+/// Replaces `name` in `dirfd` with a symbolic link to `target` (created under a temporary name,
+/// renamed over, the directory fsync'd).
+[[nodiscard]] Result<void> replace_with_symlink_at(int dirfd, std::string_view name, const std::string& target,
+                                                   const std::string& shown);
 
 /// Opens for reading the regular file `rel` (a relative path, as check_relative_path) below
 /// the directory `rootfd` (shown as `shown`), following symbolic links only while they stay

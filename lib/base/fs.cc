@@ -1,30 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "cache/fs_util.h"
+#include "base/fs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <utility>
 #include <vector>
 
-#include "format/json_internal.h"
+#include "base/text.h"
 
 namespace tensorfetch::detail {
 
 namespace {
-
-Error sys_error(const std::string& path, const std::string& what, int err) {
-  std::string msg = path + ": " + what + ": " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) msg += " (the disk is full)";
-  return Error{err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, msg};
-}
 
 std::string join(const std::string& dir, std::string_view name) {
   if (dir.empty()) return std::string(name);
@@ -75,19 +72,58 @@ UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
 
 UniqueFd::~UniqueFd() { reset(); }
 
+int UniqueFd::close() noexcept {
+  const int fd = std::exchange(fd_, -1);
+  return fd >= 0 ? ::close(fd) : 0;
+}
+
+int UniqueFd::release() noexcept { return std::exchange(fd_, -1); }
+
 void UniqueFd::reset(int fd) noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
 }
 
+Error sys_error(const std::string& path, std::string_view what, int err) {
+  std::string msg = path + ": " + std::string(what) + ": " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) msg += " (the disk is full)";
+  return Error{err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, msg};
+}
+
+bool lock_file(int fd, int op) noexcept {
+  while (::flock(fd, op) != 0) {
+    if (errno != EINTR) return false;
+  }
+  return true;
+}
+
+Result<std::vector<std::string>> list_dir_at(int dirfd, std::string_view name, const std::string& shown) {
+  UniqueFd fd(::openat(dirfd, std::string(name).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return fail(sys_error(shown, "cannot open directory", errno));
+  DIR* d = ::fdopendir(fd.get());
+  if (!d) return fail(sys_error(shown, "cannot list", errno));
+  (void)fd.release();  // now owned by `d`
+  struct CloseDir {
+    void operator()(DIR* dir) const noexcept { ::closedir(dir); }
+  };
+  const std::unique_ptr<DIR, CloseDir> owner(d);
+  std::vector<std::string> out;
+  errno = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string_view n(e->d_name);
+    if (n != "." && n != "..") out.emplace_back(n);
+  }
+  if (errno != 0) return fail(sys_error(shown, "cannot list", errno));
+  return out;
+}
+
 mode_t current_umask() noexcept {
   // umask(2) cannot be read without setting it, which would race with other threads creating
   // files; Linux reports it in /proc/self/status.
-  int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 022;
+  const UniqueFd fd(::open("/proc/self/status", O_RDONLY | O_CLOEXEC));
+  if (!fd) return 022;
   char buf[4096];
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
   if (n <= 0) return 022;
   buf[n] = '\0';
   const char* p = std::strstr(buf, "Umask:");
@@ -276,53 +312,171 @@ Result<std::string> read_file_at(int dirfd, std::string_view name, std::uint64_t
   return out;
 }
 
-Result<void> write_file_atomically_at(int dirfd, std::string_view name_in, std::string_view text, mode_t mode,
-                                      const std::string& shown) {
+namespace {
+
+// Calls `make(tmp)` with unique temporary names beside `name` until one does not exist yet
+// (EEXIST: next name); `make` returns 0 or an errno. The name made is left in `tmp`.
+template <typename Make>
+int make_temp_name(const std::string& name, std::string& tmp, Make&& make) {
   static std::atomic<std::uint64_t> counter{0};
-  const std::string name(name_in);
-  const std::string path = join(shown, name);
-  if (auto r = check_path_component(name, "file name"); !r) return fail(r.error());
-  std::string tmp;
-  UniqueFd fd;
-  for (int attempt = 0; attempt < 100 && !fd; ++attempt) {
+  int err = EEXIST;
+  for (int attempt = 0; attempt < 100 && err == EEXIST; ++attempt) {
     tmp = name + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-    fd.reset(::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
-    if (!fd && errno != EEXIST) return fail(sys_error(join(shown, tmp), "cannot create", errno));
+    err = make(tmp);
   }
-  if (!fd) return fail(sys_error(join(shown, tmp), "cannot create", EEXIST));
-  ::fchmod(fd.get(), mode);
-  auto abandon = [&](const std::string& what, int err) {
-    fd.reset();
-    ::unlinkat(dirfd, tmp.c_str(), 0);
-    return fail(sys_error(join(shown, tmp), what, err));
-  };
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return abandon("cannot write", errno);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd.get()) != 0) return abandon("fsync failed", errno);
-  fd.reset();
+  return err;
+}
+
+// Renames `tmp` over `name` in `dirfd` and fsyncs the directory; removes `tmp` on failure.
+Result<void> rename_into_place(int dirfd, const std::string& tmp, const std::string& name, const std::string& path) {
   if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) {
     const int err = errno;
     ::unlinkat(dirfd, tmp.c_str(), 0);
-    return fail(sys_error(path, "cannot replace", err));
+    return fail(sys_error(path, "cannot rename into place", err));
   }
-  ::fsync(dirfd);
+  ::fsync(dirfd);  // best effort: some file systems refuse fsync on a directory
   return {};
 }
 
-Result<void> write_file_atomically(const std::string& path, std::string_view text) {
+}  // namespace
+
+Result<PendingFile> PendingFile::create(int dirfd, std::string_view name, mode_t mode, const std::string& shown) {
+  if (auto r = check_path_component(name, "file name"); !r) return fail(r.error());
+  PendingFile f;
+  f.name_ = std::string(name);
+  f.path_ = join(shown, f.name_);
+  f.dir_.reset(::fcntl(dirfd, F_DUPFD_CLOEXEC, 0));
+  if (!f.dir_) return fail(sys_error(shown, "cannot open directory", errno));
+  const int err = make_temp_name(f.name_, f.tmp_, [&](const std::string& tmp) {
+    f.fd_.reset(::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    return f.fd_ ? 0 : errno;
+  });
+  if (err != 0) {
+    const std::string tmp_path = join(shown, f.tmp_);
+    f.tmp_.clear();
+    return fail(sys_error(tmp_path, "cannot create", err));
+  }
+  ::fchmod(f.fd_.get(), mode);  // exactly `mode`, past the umask
+  return f;
+}
+
+Result<PendingFile> PendingFile::create(const std::string& path, mode_t mode) {
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   UniqueFd dirfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dirfd) return fail(sys_error(dir, "cannot open directory", errno));
-  return write_file_atomically_at(dirfd.get(), name, text, 0644 & ~current_umask(), dir);
+  auto f = create(dirfd.get(), name, mode, dir);
+  if (f) f->path_ = path;
+  return f;
+}
+
+PendingFile::PendingFile(PendingFile&& other) noexcept
+    : dir_(std::move(other.dir_)),
+      fd_(std::move(other.fd_)),
+      name_(std::move(other.name_)),
+      tmp_(std::exchange(other.tmp_, std::string())),
+      path_(std::move(other.path_)),
+      finished_(other.finished_),
+      committed_(other.committed_) {}
+
+PendingFile::~PendingFile() {
+  fd_.reset();
+  if (!committed_ && !tmp_.empty() && dir_) ::unlinkat(dir_.get(), tmp_.c_str(), 0);
+}
+
+Result<void> PendingFile::write(std::string_view bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_.get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(sys_error(path_, "cannot write", errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+Result<void> PendingFile::copy_from(int source_fd, std::uint64_t size, const std::string& source_shown) {
+  std::vector<char> buf;
+  for (std::uint64_t done = 0; done < size;) {
+    off_t in_off = static_cast<off_t>(done);
+    const auto want = static_cast<std::size_t>(std::min<std::uint64_t>(size - done, 1 << 30));
+    ssize_t n = ::copy_file_range(source_fd, &in_off, fd_.get(), nullptr, want, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      // File systems without copy_file_range (or across devices on old kernels): read/write.
+      buf.resize(1 << 20);
+      n = ::pread(source_fd, buf.data(), std::min<std::size_t>(buf.size(), want), static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return fail(sys_error(source_shown, "cannot read", n < 0 ? errno : EIO));
+      if (auto r = write(std::string_view(buf.data(), static_cast<std::size_t>(n))); !r) return r;
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+Result<void> PendingFile::finish() {
+  if (finished_) return {};
+  if (::fsync(fd_.get()) != 0) return fail(sys_error(path_, "fsync failed", errno));
+  if (fd_.close() != 0) return fail(sys_error(path_, "close failed", errno));
+  finished_ = true;
+  return {};
+}
+
+Result<void> PendingFile::commit() {
+  if (auto r = finish(); !r) return r;
+  auto r = rename_into_place(dir_.get(), tmp_, name_, path_);
+  committed_ = true;  // renamed, or removed by rename_into_place
+  return r;
+}
+
+Result<void> write_file_atomically_at(int dirfd, std::string_view name, std::string_view text, mode_t mode,
+                                      const std::string& shown) {
+  auto file = PendingFile::create(dirfd, name, mode, shown);
+  if (!file) return fail(file.error());
+  if (auto r = file->write(text); !r) return r;
+  return file->commit();
+}
+
+Result<void> write_file_atomically(const std::string& path, std::string_view text) {
+  auto file = PendingFile::create(path, 0644 & ~current_umask());
+  if (!file) return fail(file.error());
+  if (auto r = file->write(text); !r) return r;
+  return file->commit();
+}
+
+Result<void> replace_with_link_or_copy_at(int dirfd, std::string_view name_in, const std::string& source_path,
+                                          int source_fd, std::uint64_t size, bool try_link, mode_t mode,
+                                          const std::string& shown) {
+  const std::string name(name_in);
+  if (auto r = check_path_component(name, "file name"); !r) return fail(r.error());
+  if (try_link) {
+    std::string tmp;
+    const int err = make_temp_name(name, tmp, [&](const std::string& t) {
+      return ::linkat(AT_FDCWD, source_path.c_str(), dirfd, t.c_str(), 0) == 0 ? 0 : errno;
+    });
+    if (err == 0) return rename_into_place(dirfd, tmp, name, join(shown, name));
+    // EXDEV (another file system), EPERM (no hard links there), ...: a copy.
+  }
+  auto file = PendingFile::create(dirfd, name, mode, shown);
+  if (!file) return fail(file.error());
+  if (auto r = file->copy_from(source_fd, size, source_path); !r) return r;
+  return file->commit();
+}
+
+Result<void> replace_with_symlink_at(int dirfd, std::string_view name_in, const std::string& target,
+                                     const std::string& shown) {
+  const std::string name(name_in);
+  if (auto r = check_path_component(name, "file name"); !r) return fail(r.error());
+  std::string tmp;
+  const int err = make_temp_name(name, tmp, [&](const std::string& t) {
+    return ::symlinkat(target.c_str(), dirfd, t.c_str()) == 0 ? 0 : errno;
+  });
+  if (err != 0) return fail(sys_error(join(shown, tmp), "cannot create symlink", err));
+  return rename_into_place(dirfd, tmp, name, join(shown, name));
 }
 
 Result<UniqueFd> open_file_within(int rootfd, std::string_view rel, const std::string& shown, std::string* resolved) {
@@ -395,24 +549,14 @@ Result<void> remove_tree_at(int dirfd, std::string_view name_in, const std::stri
     return fail(sys_error(path, "cannot stat", errno));
   }
   if (S_ISDIR(st.st_mode)) {
-    int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return fail(sys_error(path, "cannot open directory", errno));
-    DIR* d = ::fdopendir(fd);
-    if (!d) {
-      const int err = errno;
-      ::close(fd);
-      return fail(sys_error(path, "cannot list", err));
-    }
-    std::vector<std::string> entries;
-    while (dirent* e = ::readdir(d)) {
-      const std::string_view n(e->d_name);
-      if (n != "." && n != "..") entries.emplace_back(n);
-    }
+    auto entries = list_dir_at(dirfd, name, path);
+    if (!entries) return fail(entries.error());
+    UniqueFd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return fail(sys_error(path, "cannot open directory", errno));
     Result<void> result;
-    for (const auto& e : entries) {
-      if (auto r = remove_tree_at(::dirfd(d), e, path); !r && result) result = r;
+    for (const auto& e : *entries) {
+      if (auto r = remove_tree_at(fd.get(), e, path); !r && result) result = r;
     }
-    ::closedir(d);
     if (!result) return result;
     if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
       return fail(sys_error(path, "cannot remove", errno));
