@@ -745,7 +745,7 @@ Result<void> remove_blob(const CacheDir& cache, const std::string& id) {
   if (!dir) return fail(sys_error(dir_path, "cannot open", errno));
   auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
   if (data && ::flock(data->get(), LOCK_EX | LOCK_NB) != 0) {
-    return fail(ErrorCode::InvalidArgument, dir_path + ": in use by another process; not removed");
+    return fail(ErrorCode::Busy, dir_path + ": in use by another process; not removed");
   }
   // Renamed away first, so no process can open a half-deleted blob.
   const std::string trash = ".trash-" + id + "-" + std::to_string(::getpid());

@@ -226,10 +226,12 @@ struct BlobEntry {
 };
 
 /// Every blob of `cache` (none if it has no blobs/). Entries that are not directories (a
-/// planted symbolic link) are listed with nothing present, never followed.
+/// planted symbolic link) are listed with nothing present, never followed. A blob whose
+/// directory, meta.json or data file cannot be read (other than being gone) is an error naming
+/// the path, not an empty entry.
 [[nodiscard]] Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache);
 
-/// Deletes a blob unless a process has it open (then `InvalidArgument`, "in use"). Never
+/// Deletes a blob unless a process has it open (then `Busy`, "in use"). Never
 /// follows a symbolic link: a link planted at ROOT/blobs/ID is removed, its target left alone.
 [[nodiscard]] Result<void> remove_blob(const CacheDir& cache, const std::string& id);
 

@@ -887,7 +887,7 @@ TEST_CASE("cache_remove: refuses a blob in use, removes it once closed", "[blob]
   auto b = open_blob(tmp.str(), id, 1000);
   write_commit(*b, pattern(1000), ByteRange{0, 1000});
 
-  CHECK_ERROR(tf::cache_remove(id.id, tmp.str()), ErrorCode::InvalidArgument, "in use");
+  CHECK_ERROR(tf::cache_remove(id.id, tmp.str()), ErrorCode::Busy, "in use");
   CHECK(fs::exists(dir + "/data"));
   CHECK(fs::exists(dir + "/meta.json"));
 

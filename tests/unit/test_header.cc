@@ -1019,10 +1019,15 @@ TEST_CASE("error: codes have stable names and map to the CLI exit codes", "[erro
   CHECK(tf::exit_code(ErrorCode::Network) == 3);
   CHECK(tf::exit_code(ErrorCode::Integrity) == 4);
   for (auto c : {ErrorCode::InvalidArgument, ErrorCode::SliceOutOfRange, ErrorCode::SliceMisaligned,
-                 ErrorCode::NotFound, ErrorCode::Io}) {
+                 ErrorCode::NotFound, ErrorCode::Io, ErrorCode::Cancelled, ErrorCode::NotFetched,
+                 ErrorCode::Busy}) {
     INFO(tf::to_string(c));
     CHECK(tf::exit_code(c) == 1);
   }
+  // Busy was appended: every earlier code keeps its value (the C++ enum is part of the ABI too).
+  CHECK(static_cast<int>(ErrorCode::Integrity) == 29);
+  CHECK(static_cast<int>(ErrorCode::Busy) == 30);
+  CHECK(tf::to_string(ErrorCode::Busy) == "Busy");
   const tf::Error e{ErrorCode::Io, "read failed"};
   CHECK(e.with_context("x.safetensors").message == "x.safetensors: read failed");
   CHECK(e.with_context("x.safetensors").code == ErrorCode::Io);
