@@ -37,6 +37,11 @@ namespace tensorfetch {
 /// `impl` that have none open yet, so that their bytes can be viewed. In fetch.cc.
 void open_existing_blobs(Checkpoint::Impl& impl);
 
+/// Checks selections handed back by the caller before they are used: each must come from this
+/// checkpoint (its file and header entry) with a plan inside its tensor whose shape, dtype
+/// and byte count agree; else `InvalidArgument` naming the selection. In checkpoint.cc.
+[[nodiscard]] Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection);
+
 /// What a remote file needs beyond CheckpointFile, to fetch its bytes.
 struct RemoteFileState {
   std::string resolve_url;                  // the URL asked first (resolve URL or direct URL)

@@ -160,15 +160,6 @@ std::vector<std::vector<ByteRange>> wanted_ranges(const Checkpoint::Impl& impl, 
   return wanted;
 }
 
-Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
-  for (const auto& s : selection) {
-    if (s.ref.file >= impl.files.size() || s.ref.info == nullptr) {
-      return fail(ErrorCode::InvalidArgument, "selection does not belong to this checkpoint");
-    }
-  }
-  return {};
-}
-
 // Links (or copies) `source` to `target` through a temporary name.
 Result<void> place_file(const std::string& source, const std::string& target, bool try_link) {
   std::error_code ec;
@@ -291,6 +282,9 @@ Result<FetchStats> Checkpoint::fetch_all(const FetchOptions& options) {
 }
 
 Result<void> Checkpoint::save_files(const std::string& dir) const {
+  if (dir.find('\0') != std::string::npos) {
+    return fail(ErrorCode::InvalidArgument, "directory " + quote_name(dir) + " contains a NUL byte");
+  }
   const std::string index_dir = [&] {
     auto slash = impl_->index_name.rfind('/');
     return slash == std::string::npos ? std::string() : impl_->index_name.substr(0, slash + 1);
