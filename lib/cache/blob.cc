@@ -351,6 +351,7 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
     // Only an existing blob: one that has its meta.json.
     struct stat st {};
     if (::fstatat(dirfd, "meta.json", &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) return fail(sys_error(b->dir_path_ + "/meta.json", "cannot stat", errno));
       return fail(ErrorCode::NotFound, b->dir_path_ + "/meta.json: no such file");
     }
   }
@@ -570,13 +571,14 @@ RangeSet Blob::extents() const {
   return meta_.extents;
 }
 
-bool Blob::has(ByteRange range) {
+Result<bool> Blob::holds(ByteRange range) {
   {
     std::lock_guard g(mutex_);
     if (covers(meta_.extents, range)) return true;
   }
   auto fresh = refresh();
-  return fresh && covers(*fresh, range);
+  if (!fresh) return fail(fresh.error());
+  return covers(*fresh, range);
 }
 
 bool Blob::complete() const {
@@ -705,21 +707,35 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
     e.id = name;
     const std::string dir_path = blobs_path + "/" + name;
     struct stat st {};
-    if (::fstatat(cache.blobs_fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    if (::fstatat(cache.blobs_fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // gone meanwhile
+      return fail(sys_error(dir_path, "cannot stat", errno));
+    }
     e.last_used = st.st_mtim.tv_sec;
     if (!S_ISDIR(st.st_mode)) {
       out.push_back(std::move(e));  // not a blob (a planted link?): listed empty, never followed
       continue;
     }
     UniqueFd dir(::openat(cache.blobs_fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) continue;
+    if (!dir) {
+      if (errno == ENOENT) continue;  // gone meanwhile
+      return fail(sys_error(dir_path, "cannot open", errno));
+    }
+    // A blob whose files cannot be read is an error naming them, never listed as holding nothing
+    // (nor left out of a prune's count). A meta.json that reads but is not ours holds nothing.
     auto meta = load_meta(dir.get(), dir_path);
-    if (meta && *meta) e.meta = std::move(**meta);
+    if (!meta) return fail(meta.error());
+    if (*meta) e.meta = std::move(**meta);
     e.present = total_bytes(e.meta.extents);
     auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+    if (!data && data.error().code != ErrorCode::NotFound) return fail(data.error());
     if (data) {
-      if (::fstat(data->get(), &st) == 0) e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
-      if (::flock(data->get(), LOCK_EX | LOCK_NB) != 0) e.in_use = true;
+      if (::fstat(data->get(), &st) != 0) return fail(sys_error(dir_path + "/data", "cannot stat", errno));
+      e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+      if (::flock(data->get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK) return fail(sys_error(dir_path + "/data", "cannot lock", errno));
+        e.in_use = true;
+      }
     }
     out.push_back(std::move(e));
   }

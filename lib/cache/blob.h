@@ -167,8 +167,10 @@ class Blob {
   /// Committed extents as last read or written by this object.
   [[nodiscard]] RangeSet extents() const;
 
-  /// True when `range` is committed (re-reading meta.json if this object's copy lacks it).
-  [[nodiscard]] bool has(ByteRange range);
+  /// Whether `range` is committed (re-reading meta.json if this object's copy lacks it). A
+  /// meta.json that cannot be read (a disk error, a directory in its place: `Io`, naming it) is
+  /// an error, never "not committed"; one that reads but is not ours holds nothing.
+  [[nodiscard]] Result<bool> holds(ByteRange range);
 
   /// True when every byte is present and, for a sha256 identity, verified.
   [[nodiscard]] bool complete() const;

@@ -50,6 +50,7 @@ struct RemoteFileState {
   std::string prefix;                       // first bytes read by open (header and more; from
                                             // a snapshot manifest: the header only)
   std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open); see blob_mutex
+  std::optional<Error> blob_error;          // why an existing blob could not be opened (not: absent)
   std::string range_url;                    // where ranges are read now ("" = CheckpointFile::url);
                                             // changes when an expired URL is resolved again
   std::string local_path;                   // a complete copy found in the HF cache, if any
