@@ -1776,3 +1776,24 @@ TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named
   CHECK(saved.error().code == ErrorCode::NotFetched);
   CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
 }
+
+TEST_CASE("fetch: a cache blob that cannot be read is reported by view as that error, not as 'not fetched'; the open "
+          "still succeeds",
+          "[fetch][cache][disk]") {
+  Fixture f;
+  {
+    Checkpoint c = f.open();
+    REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks()));
+  }
+  // A structural disk fault: the blob's meta.json is a directory (reading it fails, EISDIR).
+  const fs::path meta = f.cache / "blobs" / f.blob_id / "meta.json";
+  REQUIRE(fs::exists(meta));
+  fs::remove(meta);
+  fs::create_directory(meta);
+  Checkpoint c = f.open();  // inspecting needs no blob
+  auto v = c.view(*c.find("layers.5.weight"));
+  REQUIRE_FALSE(v);
+  INFO(v.error().message);
+  CHECK(v.error().code == ErrorCode::Io);
+  CHECK_THAT(v.error().message, Catch::Contains(meta.string()) && Catch::Contains(kFile));
+}
