@@ -299,9 +299,11 @@ BlobIdentity blob_identity(std::string_view url, const std::optional<std::string
   return out;
 }
 
+// Not analysed for locking: it fills in a blob no other thread can see yet.
 Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, const BlobIdentity& identity,
                                          std::uint64_t size, std::string_view url,
-                                         const std::optional<std::string>& etag, BlobCreate create) {
+                                         const std::optional<std::string>& etag,
+                                         BlobCreate create) TF_NO_THREAD_SAFETY_ANALYSIS {
   if (!cache) return fail(ErrorCode::InvalidArgument, "Blob::open: no cache");
   const Modes& modes = cache->modes();
   std::unique_ptr<Blob> b(new Blob());
@@ -428,55 +430,73 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
 }
 
 struct Blob::Hasher {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
-  std::uint64_t hashed = 0;
-  std::mutex mutex;
+  Mutex mutex;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx TF_GUARDED_BY(mutex) = {EVP_MD_CTX_new(), EVP_MD_CTX_free};
+  std::uint64_t hashed TF_GUARDED_BY(mutex) = 0;
+  bool finished TF_GUARDED_BY(mutex) = false;  // finish() took the digest: hash nothing more
 };
 
 std::string Blob::id() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return id_;
 }
 
 std::string Blob::data_path() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return data_path_;
 }
 
 std::string Blob::dir_path() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return dir_path_;
 }
 
 void Blob::enable_streaming_hash() {
-  std::lock_guard g(mutex_);
+  auto h = std::make_shared<Hasher>();
+  {
+    MutexLock hg(h->mutex);
+    if (!h->ctx || EVP_DigestInit_ex(h->ctx.get(), EVP_sha256(), nullptr) != 1) return;
+  }
+  MutexLock g(mutex_);
   if (hasher_ || !meta_.sha256 || meta_.complete) return;
-  auto h = std::make_unique<Hasher>();
-  if (h->ctx && EVP_DigestInit_ex(h->ctx.get(), EVP_sha256(), nullptr) == 1) hasher_ = std::move(h);
+  hasher_ = std::move(h);
+}
+
+std::uint64_t Blob::hashable_end() const {
+  return !meta_.extents.empty() && meta_.extents[0].offset == 0 ? meta_.extents[0].end() : 0;
 }
 
 Result<void> Blob::advance_hash() {
-  if (!hasher_) return {};
+  std::shared_ptr<Hasher> h;
+  {
+    MutexLock g(mutex_);
+    h = hasher_;
+  }
+  return h ? advance(*h) : Result<void>();
+}
+
+Result<void> Blob::advance(Hasher& h) {
   std::uint64_t end = 0;
   {
-    std::lock_guard g(mutex_);
-    if (!meta_.extents.empty() && meta_.extents[0].offset == 0) end = meta_.extents[0].end();
+    MutexLock g(mutex_);
+    end = hashable_end();
   }
-  std::lock_guard g(hasher_->mutex);
+  MutexLock g(h.mutex);
   std::vector<unsigned char> buf;
-  while (hasher_->hashed < end) {
+  while (!h.finished && h.hashed < end) {
     if (buf.empty()) buf.resize(1 << 20);
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - hasher_->hashed));
-    ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(hasher_->hashed));
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - h.hashed));
+    ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(h.hashed));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return fail(sys_error(data_path(), "read failed while hashing", n < 0 ? errno : EIO));
-    EVP_DigestUpdate(hasher_->ctx.get(), buf.data(), static_cast<std::size_t>(n));
-    hasher_->hashed += static_cast<std::uint64_t>(n);
+    EVP_DigestUpdate(h.ctx.get(), buf.data(), static_cast<std::size_t>(n));
+    h.hashed += static_cast<std::uint64_t>(n);
   }
   return {};
 }
 
 Blob::~Blob() {
+  MutexLock g(mutex_);  // (no other thread may use a blob being destroyed; the lock costs nothing)
   if (map_) ::munmap(map_, static_cast<std::size_t>(size_));
 }
 
@@ -519,7 +539,7 @@ Result<void> Blob::reserve(ByteRange range) {
 Result<BlobMeta> Blob::read_meta() const {
   auto meta = load_meta(dir_fd_.get(), dir_path());
   if (!meta) return fail(meta.error());
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   if (!*meta || (*meta)->size != size_ || (*meta)->origin != meta_.origin ||
       (shared_verified_ && !(*meta)->complete)) {
     BlobMeta m = meta_;
@@ -553,7 +573,7 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   BlobMeta next = std::move(*disk);
   for (const auto& r : ranges) add_range(next.extents, r);
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   meta_ = std::move(next);
   return {};
 }
@@ -561,19 +581,19 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
 Result<RangeSet> Blob::refresh() {
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   meta_ = std::move(*disk);
   return meta_.extents;
 }
 
 RangeSet Blob::extents() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return meta_.extents;
 }
 
 Result<bool> Blob::holds(ByteRange range) {
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     if (covers(meta_.extents, range)) return true;
   }
   auto fresh = refresh();
@@ -582,7 +602,7 @@ Result<bool> Blob::holds(ByteRange range) {
 }
 
 bool Blob::complete() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return meta_.complete;
 }
 
@@ -592,7 +612,7 @@ void Blob::promote() {
   const std::string sha = *promote_to_;
   std::string id;
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     id = id_;
   }
   const int blobs = cache_->blobs_fd();
@@ -611,7 +631,7 @@ void Blob::promote() {
     }
   }
   ::fsync(blobs);
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   id_ = sha;
   dir_path_ = cache_->blobs_path() + "/" + sha;
   data_path_ = dir_path_ + "/data";
@@ -619,25 +639,32 @@ void Blob::promote() {
 
 Result<void> Blob::finish(const std::string& what) {
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     if (meta_.complete) return {};
     if (!covers(meta_.extents, ByteRange{0, size_}) && size_ > 0) return {};
   }
   if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
   std::optional<std::string> expected;
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     expected = meta_.sha256;
   }
   std::optional<std::string> actual;
-  if (expected && hasher_) {
-    if (auto r = advance_hash(); !r) return fail(r.error());  // the whole file is committed now
-    std::lock_guard g(hasher_->mutex);
+  std::shared_ptr<Hasher> hasher;
+  {
+    MutexLock g(mutex_);
+    hasher = std::move(hasher_);  // taken: no advance_hash starts on it any more
+  }
+  if (expected && hasher) {
+    if (auto r = advance(*hasher); !r) return fail(r.error());  // the whole file is committed now
+    MutexLock g(hasher->mutex);  // waits for an advance_hash that started before
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    if (hasher_->hashed == size_ && EVP_DigestFinal_ex(hasher_->ctx.get(), md, &len) == 1) actual = to_hex(md, len);
+    if (!hasher->finished && hasher->hashed == size_ && EVP_DigestFinal_ex(hasher->ctx.get(), md, &len) == 1) {
+      actual = to_hex(md, len);
+    }
+    hasher->finished = true;
   }
-  hasher_.reset();
   if (expected && !actual) {
     auto h = sha256_of_fd(fd_.get(), size_, data_path());
     if (!h) return fail(h.error());
@@ -655,7 +682,7 @@ Result<void> Blob::finish(const std::string& what) {
     if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
     punch_out(fd_.get(), size_);
     {
-      std::lock_guard g(mutex_);
+      MutexLock g(mutex_);
       meta_ = std::move(next);
     }
     return fail(ErrorCode::Integrity, what + ": sha256 of the downloaded file is " + *actual + ", expected " +
@@ -666,7 +693,7 @@ Result<void> Blob::finish(const std::string& what) {
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
   ::fchmod(fd_.get(), cache_->modes().readonly);
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     meta_ = std::move(next);
   }
   if (promote_to_ && expected && actual == expected) promote();
@@ -674,7 +701,7 @@ Result<void> Blob::finish(const std::string& what) {
 }
 
 Result<std::span<const std::byte>> Blob::map() {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   if (size_ == 0) return std::span<const std::byte>();
   if (!map_) {
     void* p = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED, fd_.get(), 0);
