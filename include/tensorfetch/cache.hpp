@@ -57,7 +57,7 @@ struct PruneReport {
 [[nodiscard]] TENSORFETCH_API Result<void> cache_verify(const std::string& id, const std::string& dir = {},
                                                       std::optional<bool> shared = {});
 
-/// Removes a blob; refuses (`InvalidArgument`) while a process has it open.
+/// Removes a blob; refuses (`Busy`, "in use") while a process has it open.
 [[nodiscard]] TENSORFETCH_API Result<void> cache_remove(const std::string& id, const std::string& dir = {},
                                                       std::optional<bool> shared = {});
 

@@ -226,6 +226,11 @@ struct WriteOptions {
 ///
 /// Thread-safety: after `open` returns, all const members may be called concurrently (also
 /// while one thread runs `fetch`).
+///
+/// Errors: no member throws (allocation failure aside). Selections given to `fetch`, `plan`,
+/// `write` and `write_stream` must come from `select` on this object: a tensor reference from
+/// elsewhere, or a plan that disagrees with its tensor, is refused (`InvalidArgument`). Paths
+/// with a NUL byte are refused (`InvalidArgument`).
 /// Move-only; views handed out stay valid until the object is destroyed.
 class TENSORFETCH_API Checkpoint {
  public:
@@ -254,8 +259,8 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] std::uint64_t requests() const noexcept;
   /// The safetensors files, in index order (one for a single file).
   [[nodiscard]] const std::vector<CheckpointFile>& files() const noexcept;
-  /// Header of file `i`.
-  [[nodiscard]] const Header& header(std::size_t file) const;
+  /// Header of file `file` (a position in `files()`), or nullptr when there is no such file.
+  [[nodiscard]] const Header* header(std::size_t file) const noexcept;
   /// Every tensor, in natural name order (`layers.2` before `layers.10`).
   [[nodiscard]] const std::vector<TensorRef>& tensors() const noexcept;
   /// The tensor with exactly this name, or nullptr.

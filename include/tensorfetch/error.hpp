@@ -50,12 +50,15 @@ enum class ErrorCode {
   BadResponse,        ///< a response that breaks the protocol (wrong Content-Range, too long)
   // --- integrity (exit 4) ---
   Integrity,          ///< a hash mismatch, or the source changed during the read
+  // --- added later, at the end so that no value above changes (exit code per code) ---
+  Busy,               ///< a cache blob another process has open (it is not removed); exit 1
 };
 
 /// The stable, machine-readable name of a code, e.g. "HoleOrOverlap".
 [[nodiscard]] TENSORFETCH_API std::string_view to_string(ErrorCode code) noexcept;
 
-/// The CLI exit code for an error code: 2 format/index, 3 network, 4 integrity, else 1.
+/// The CLI exit code for an error code: 2 format/index, 3 network, 4 integrity, else 1
+/// (`Busy` included).
 [[nodiscard]] TENSORFETCH_API int exit_code(ErrorCode code) noexcept;
 
 /// An error: a code and a message that names the file, tensor and byte range involved.

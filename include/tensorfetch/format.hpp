@@ -50,9 +50,15 @@ struct TENSORFETCH_API TensorInfo {
   [[nodiscard]] std::uint64_t nbytes() const noexcept { return end - begin; }
 };
 
-/// A parsed and validated header. Owns all its data: the tensor entries, their names and shapes
-/// live in one arena that moves with the header (about 60 bytes per tensor plus its name and
-/// 8 bytes per dimension). Move-only. Const members are safe to call from several threads.
+namespace detail {
+class HeaderBuilder;  // builds headers without parsing (inside the library and its tests only)
+}  // namespace detail
+
+/// A parsed and validated header, made by `parse_header` (or `HeaderParser`). Owns all its data:
+/// the tensor entries, their names and shapes live in one arena inside the library that moves
+/// with the header (about 60 bytes per tensor plus its name and 8 bytes per dimension); what it
+/// hands out are views of that arena (`TensorInfo`, spans), valid as long as the header lives.
+/// Move-only. Const members are safe to call from several threads.
 class TENSORFETCH_API Header {
  public:
   /// An empty header (no tensors, no metadata).
@@ -81,17 +87,11 @@ class TENSORFETCH_API Header {
     return ByteRange{data_offset() + t.begin, t.nbytes()};
   }
 
-  /// Replaces the tensors with copies of `tensors` (their names and shapes copied into the
-  /// header's storage; expected sorted by begin) and indexes them by name; refuses duplicate
-  /// names (`DuplicateKey`, leaving the header without tensors). No other validation: for
-  /// tests and tools that build headers directly.
-  [[nodiscard]] Result<void> set_tensors(std::span<const TensorInfo> tensors);
-
-  /// Storage behind the tensors (opaque; defined in the library).
-  struct Storage;
 
  private:
   friend class HeaderParser;
+  friend class detail::HeaderBuilder;
+  struct Storage;  // the arena behind the tensors; defined in the library
   Result<void> index_tensors();
   std::unique_ptr<Storage> storage_;
 };

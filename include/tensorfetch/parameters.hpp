@@ -40,7 +40,9 @@ struct ParameterCount {
 /// pack-quantized (container bits / num_bits per integer element, per config group), fp8
 /// (experts packed as `expert_dtype` says). Scale and zero-point tensors
 /// (`weight_scale`, `input_scale`, `weight_zero_point`, ...) are never parameters of a
-/// quantized model. Modules in `modules_to_not_convert` / `ignore` count as stored.
+/// quantized model. Modules in `modules_to_not_convert` / `ignore` count as stored. Null
+/// pointers in `tensors` are skipped; an unreadable `config_json` is reported in
+/// `config_warning`, never thrown.
 [[nodiscard]] TENSORFETCH_API ParameterCount count_parameters(std::span<const TensorInfo* const> tensors,
                                               std::optional<std::string_view> config_json);
 

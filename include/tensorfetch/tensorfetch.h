@@ -98,6 +98,9 @@ typedef enum tf_code {
   /* Integrity (exit 4). */
   TF_ERR_INTEGRITY = 30,           /**< Integrity: hash mismatch, or the source changed */
 
+  /* Added later: appended, so that no value above changes. */
+  TF_ERR_BUSY = 31,                /**< Busy: a cache blob another process has open (exit 1) */
+
   /* The C API only (exit 1). */
   TF_ERR_INTERNAL = 100            /**< out of memory, or an unexpected failure inside */
 } tf_code;

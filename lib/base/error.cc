@@ -35,6 +35,7 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::RateLimited: return "RateLimited";
     case ErrorCode::BadResponse: return "BadResponse";
     case ErrorCode::Integrity: return "Integrity";
+    case ErrorCode::Busy: return "Busy";
   }
   return "Unknown";
 }
@@ -74,6 +75,7 @@ int exit_code(ErrorCode code) noexcept {
     case ErrorCode::Io:
     case ErrorCode::Cancelled:
     case ErrorCode::NotFetched:
+    case ErrorCode::Busy:
       return 1;
   }
   return 1;

@@ -285,9 +285,11 @@ BlobIdentity blob_identity(std::string_view url, const std::optional<std::string
   return out;
 }
 
+// Not analysed for locking: it fills in a blob no other thread can see yet.
 Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, const BlobIdentity& identity,
                                          std::uint64_t size, std::string_view url,
-                                         const std::optional<std::string>& etag, BlobCreate create) {
+                                         const std::optional<std::string>& etag,
+                                         BlobCreate create) TF_NO_THREAD_SAFETY_ANALYSIS {
   if (!cache) return fail(ErrorCode::InvalidArgument, "Blob::open: no cache");
   const Modes& modes = cache->modes();
   std::unique_ptr<Blob> b(new Blob());
@@ -337,6 +339,7 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
     // Only an existing blob: one that has its meta.json.
     struct stat st {};
     if (::fstatat(dirfd, "meta.json", &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) return fail(sys_error(b->dir_path_ + "/meta.json", "cannot stat", errno));
       return fail(ErrorCode::NotFound, b->dir_path_ + "/meta.json: no such file");
     }
   }
@@ -413,55 +416,73 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
 }
 
 struct Blob::Hasher {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{EVP_MD_CTX_new(), EVP_MD_CTX_free};
-  std::uint64_t hashed = 0;
-  std::mutex mutex;
+  Mutex mutex;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx TF_GUARDED_BY(mutex) = {EVP_MD_CTX_new(), EVP_MD_CTX_free};
+  std::uint64_t hashed TF_GUARDED_BY(mutex) = 0;
+  bool finished TF_GUARDED_BY(mutex) = false;  // finish() took the digest: hash nothing more
 };
 
 std::string Blob::id() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return id_;
 }
 
 std::string Blob::data_path() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return data_path_;
 }
 
 std::string Blob::dir_path() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return dir_path_;
 }
 
 void Blob::enable_streaming_hash() {
-  std::lock_guard g(mutex_);
+  auto h = std::make_shared<Hasher>();
+  {
+    MutexLock hg(h->mutex);
+    if (!h->ctx || EVP_DigestInit_ex(h->ctx.get(), EVP_sha256(), nullptr) != 1) return;
+  }
+  MutexLock g(mutex_);
   if (hasher_ || !meta_.sha256 || meta_.complete) return;
-  auto h = std::make_unique<Hasher>();
-  if (h->ctx && EVP_DigestInit_ex(h->ctx.get(), EVP_sha256(), nullptr) == 1) hasher_ = std::move(h);
+  hasher_ = std::move(h);
+}
+
+std::uint64_t Blob::hashable_end() const {
+  return !meta_.extents.empty() && meta_.extents[0].offset == 0 ? meta_.extents[0].end() : 0;
 }
 
 Result<void> Blob::advance_hash() {
-  if (!hasher_) return {};
+  std::shared_ptr<Hasher> h;
+  {
+    MutexLock g(mutex_);
+    h = hasher_;
+  }
+  return h ? advance(*h) : Result<void>();
+}
+
+Result<void> Blob::advance(Hasher& h) {
   std::uint64_t end = 0;
   {
-    std::lock_guard g(mutex_);
-    if (!meta_.extents.empty() && meta_.extents[0].offset == 0) end = meta_.extents[0].end();
+    MutexLock g(mutex_);
+    end = hashable_end();
   }
-  std::lock_guard g(hasher_->mutex);
+  MutexLock g(h.mutex);
   std::vector<unsigned char> buf;
-  while (hasher_->hashed < end) {
+  while (!h.finished && h.hashed < end) {
     if (buf.empty()) buf.resize(1 << 20);
-    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - hasher_->hashed));
-    ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(hasher_->hashed));
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - h.hashed));
+    ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(h.hashed));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return fail(sys_error(data_path(), "read failed while hashing", n < 0 ? errno : EIO));
-    EVP_DigestUpdate(hasher_->ctx.get(), buf.data(), static_cast<std::size_t>(n));
-    hasher_->hashed += static_cast<std::uint64_t>(n);
+    EVP_DigestUpdate(h.ctx.get(), buf.data(), static_cast<std::size_t>(n));
+    h.hashed += static_cast<std::uint64_t>(n);
   }
   return {};
 }
 
 Blob::~Blob() {
+  MutexLock g(mutex_);  // (no other thread may use a blob being destroyed; the lock costs nothing)
   if (map_) ::munmap(map_, static_cast<std::size_t>(size_));
 }
 
@@ -504,7 +525,7 @@ Result<void> Blob::reserve(ByteRange range) {
 Result<BlobMeta> Blob::read_meta() const {
   auto meta = load_meta(dir_fd_.get(), dir_path());
   if (!meta) return fail(meta.error());
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   if (!*meta || (*meta)->size != size_ || (*meta)->origin != meta_.origin ||
       (shared_verified_ && !(*meta)->complete)) {
     BlobMeta m = meta_;
@@ -545,7 +566,7 @@ Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, con
   change(next);
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
   if (while_locked) while_locked();
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   meta_ = std::move(next);
   return {};
 }
@@ -553,27 +574,28 @@ Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, con
 Result<RangeSet> Blob::refresh() {
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   meta_ = std::move(*disk);
   return meta_.extents;
 }
 
 RangeSet Blob::extents() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return meta_.extents;
 }
 
-bool Blob::has(ByteRange range) {
+Result<bool> Blob::holds(ByteRange range) {
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     if (covers(meta_.extents, range)) return true;
   }
   auto fresh = refresh();
-  return fresh && covers(*fresh, range);
+  if (!fresh) return fail(fresh.error());
+  return covers(*fresh, range);
 }
 
 bool Blob::complete() const {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   return meta_.complete;
 }
 
@@ -583,7 +605,7 @@ void Blob::promote() {
   const std::string sha = *promote_to_;
   std::string id;
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     id = id_;
   }
   const int blobs = cache_->blobs_fd();
@@ -602,7 +624,7 @@ void Blob::promote() {
     }
   }
   ::fsync(blobs);
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   id_ = sha;
   dir_path_ = cache_->blobs_path() + "/" + sha;
   data_path_ = dir_path_ + "/data";
@@ -610,25 +632,32 @@ void Blob::promote() {
 
 Result<void> Blob::finish(const std::string& what) {
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     if (meta_.complete) return {};
     if (!covers(meta_.extents, ByteRange{0, size_}) && size_ > 0) return {};
   }
   if (::fdatasync(fd_.get()) != 0) return fail(sys_error(data_path(), "cannot flush to disk", errno));
   std::optional<std::string> expected;
   {
-    std::lock_guard g(mutex_);
+    MutexLock g(mutex_);
     expected = meta_.sha256;
   }
   std::optional<std::string> actual;
-  if (expected && hasher_) {
-    if (auto r = advance_hash(); !r) return fail(r.error());  // the whole file is committed now
-    std::lock_guard g(hasher_->mutex);
+  std::shared_ptr<Hasher> hasher;
+  {
+    MutexLock g(mutex_);
+    hasher = std::move(hasher_);  // taken: no advance_hash starts on it any more
+  }
+  if (expected && hasher) {
+    if (auto r = advance(*hasher); !r) return fail(r.error());  // the whole file is committed now
+    MutexLock g(hasher->mutex);  // waits for an advance_hash that started before
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    if (hasher_->hashed == size_ && EVP_DigestFinal_ex(hasher_->ctx.get(), md, &len) == 1) actual = to_hex(md, len);
+    if (!hasher->finished && hasher->hashed == size_ && EVP_DigestFinal_ex(hasher->ctx.get(), md, &len) == 1) {
+      actual = to_hex(md, len);
+    }
+    hasher->finished = true;
   }
-  hasher_.reset();
   if (expected && !actual) {
     auto h = sha256_of_fd(fd_.get(), size_, data_path());
     if (!h) return fail(h.error());
@@ -657,7 +686,7 @@ Result<void> Blob::finish(const std::string& what) {
 }
 
 Result<std::span<const std::byte>> Blob::map() {
-  std::lock_guard g(mutex_);
+  MutexLock g(mutex_);
   if (size_ == 0) return std::span<const std::byte>();
   if (!map_) {
     void* p = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_SHARED, fd_.get(), 0);
@@ -682,21 +711,35 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
     e.id = name;
     const std::string dir_path = blobs_path + "/" + name;
     struct stat st {};
-    if (::fstatat(cache.blobs_fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone meanwhile
+    if (::fstatat(cache.blobs_fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;  // gone meanwhile
+      return fail(sys_error(dir_path, "cannot stat", errno));
+    }
     e.last_used = st.st_mtim.tv_sec;
     if (!S_ISDIR(st.st_mode)) {
       out.push_back(std::move(e));  // not a blob (a planted link?): listed empty, never followed
       continue;
     }
     UniqueFd dir(::openat(cache.blobs_fd(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!dir) continue;
+    if (!dir) {
+      if (errno == ENOENT) continue;  // gone meanwhile
+      return fail(sys_error(dir_path, "cannot open", errno));
+    }
+    // A blob whose files cannot be read is an error naming them, never listed as holding nothing
+    // (nor left out of a prune's count). A meta.json that reads but is not ours holds nothing.
     auto meta = load_meta(dir.get(), dir_path);
-    if (meta && *meta) e.meta = std::move(**meta);
+    if (!meta) return fail(meta.error());
+    if (*meta) e.meta = std::move(**meta);
     e.present = total_bytes(e.meta.extents);
     auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
+    if (!data && data.error().code != ErrorCode::NotFound) return fail(data.error());
     if (data) {
-      if (::fstat(data->get(), &st) == 0) e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
-      if (!lock_file(data->get(), LOCK_EX | LOCK_NB)) e.in_use = true;
+      if (::fstat(data->get(), &st) != 0) return fail(sys_error(dir_path + "/data", "cannot stat", errno));
+      e.disk_bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+      if (!lock_file(data->get(), LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK) return fail(sys_error(dir_path + "/data", "cannot lock", errno));
+        e.in_use = true;
+      }
     }
     out.push_back(std::move(e));
   }
@@ -722,7 +765,7 @@ Result<void> remove_blob(const CacheDir& cache, const std::string& id) {
   if (!dir) return fail(sys_error(dir_path, "cannot open", errno));
   auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
   if (data && !lock_file(data->get(), LOCK_EX | LOCK_NB)) {
-    return fail(ErrorCode::InvalidArgument, dir_path + ": in use by another process; not removed");
+    return fail(ErrorCode::Busy, dir_path + ": in use by another process; not removed");
   }
   // Renamed away first, so no process can open a half-deleted blob.
   const std::string trash = ".trash-" + id + "-" + std::to_string(::getpid());

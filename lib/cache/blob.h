@@ -37,6 +37,7 @@
 #include "base/fs.h"
 #include "base/range_set.h"
 #include "tensorfetch/error.hpp"
+#include "base/thread_annotations.h"
 
 namespace tensorfetch::detail {
 
@@ -124,7 +125,14 @@ enum class BlobCreate {
 };
 
 /// A blob opened for reading and writing. Owns its file descriptors and mapping. Thread-safe:
-/// `write_at` may run on one thread while `commit` runs on another.
+/// every member may be called from any thread, also concurrently (`write_at` on one thread while
+/// `commit` and `advance_hash` run on another, and `finish` while a late `advance_hash` runs).
+///
+/// Locking (checked by clang's -Wthread-safety, see thread_annotations.h): `mutex_` guards the
+/// names, the recorded meta and the mapping, and the pointer to the streaming hasher; the
+/// hasher's own state is guarded by its own mutex, which is taken without `mutex_` held (a
+/// thread holding it may take `mutex_` for a message, never the reverse). The descriptors and
+/// the size are set by `open` and never change.
 class Blob {
  public:
   /// Opens the blob of `identity` in `cache`, of `size` bytes: for a sha256 identity, a blob
@@ -168,8 +176,10 @@ class Blob {
   /// Committed extents as last read or written by this object.
   [[nodiscard]] RangeSet extents() const;
 
-  /// True when `range` is committed (re-reading meta.json if this object's copy lacks it).
-  [[nodiscard]] bool has(ByteRange range);
+  /// Whether `range` is committed (re-reading meta.json if this object's copy lacks it). A
+  /// meta.json that cannot be read (a disk error, a directory in its place: `Io`, naming it) is
+  /// an error, never "not committed"; one that reads but is not ours holds nothing.
+  [[nodiscard]] Result<bool> holds(ByteRange range);
 
   /// True when every byte is present and, for a sha256 identity, verified.
   [[nodiscard]] bool complete() const;
@@ -190,34 +200,45 @@ class Blob {
   /// For a whole-file fetch of a sha256 blob: hash the committed prefix as it grows (call
   /// `advance_hash` after commits, e.g. on the committer thread), so that `finish` only hashes
   /// what is left instead of the whole file.
-  void enable_streaming_hash();
+  void enable_streaming_hash() TF_EXCLUDES(mutex_);
 
   /// Hashes committed bytes from where the streaming hash stopped up to the end of the first
-  /// extent (while it starts at 0). Reads from the page cache, where the bytes just landed.
-  [[nodiscard]] Result<void> advance_hash();
+  /// extent (while it starts at 0). Reads from the page cache, where the bytes just landed. Any
+  /// thread, at any time: once `finish` has taken the hasher, a no-op.
+  [[nodiscard]] Result<void> advance_hash() TF_EXCLUDES(mutex_);
 
  private:
+  struct Hasher;
   Blob() = default;
-  Result<BlobMeta> read_meta() const;
+  Result<BlobMeta> read_meta() const TF_EXCLUDES(mutex_);
+  std::string dir_path() const TF_EXCLUDES(mutex_);
+  void promote() TF_EXCLUDES(mutex_);
+  // End of the committed prefix [0, end) the streaming hash may read.
+  std::uint64_t hashable_end() const TF_REQUIRES(mutex_);
+  // Hashes `h` up to the committed prefix; takes `mutex_` (briefly) and then h's own mutex.
+  Result<void> advance(Hasher& h) TF_EXCLUDES(mutex_);
   /// Under the blob's lock file: reads meta.json, applies `change`, writes it back, runs
   /// `while_locked` (if any), then keeps the result as this object's view.
   Result<void> update_meta(const std::function<void(BlobMeta&)>& change,
-                           const std::function<void()>& while_locked = {});
-  std::string dir_path() const;
-  void promote();
+                           const std::function<void()>& while_locked = {}) TF_EXCLUDES(mutex_);
 
+  // Set by `open` (before the blob is shared) and never changed: read without a lock.
   std::shared_ptr<const CacheDir> cache_;
   UniqueFd dir_fd_;
-  std::string id_, dir_path_, data_path_;  // guarded by mutex_ (promote changes them)
   std::optional<std::string> promote_to_;  // the sha256 of a per-origin sha256 blob
   bool shared_verified_ = false;
   std::uint64_t size_ = 0;
   UniqueFd fd_;
-  mutable std::mutex mutex_;
-  BlobMeta meta_;
-  void* map_ = nullptr;
-  struct Hasher;
-  std::unique_ptr<Hasher> hasher_;  // streaming sha256 of [0, hashed)
+
+  mutable Mutex mutex_;
+  std::string id_ TF_GUARDED_BY(mutex_);         // promote() changes the names
+  std::string dir_path_ TF_GUARDED_BY(mutex_);
+  std::string data_path_ TF_GUARDED_BY(mutex_);
+  BlobMeta meta_ TF_GUARDED_BY(mutex_);
+  void* map_ TF_GUARDED_BY(mutex_) = nullptr;
+  // Streaming sha256 of [0, hashed); shared so that a running advance_hash keeps it alive while
+  // finish takes it away (finish then waits for that run on the hasher's own mutex).
+  std::shared_ptr<Hasher> hasher_ TF_GUARDED_BY(mutex_);
 };
 
 /// A blob as `cache ls` shows it.
@@ -231,10 +252,12 @@ struct BlobEntry {
 };
 
 /// Every blob of `cache` (none if it has no blobs/). Entries that are not directories (a
-/// planted symbolic link) are listed with nothing present, never followed.
+/// planted symbolic link) are listed with nothing present, never followed. A blob whose
+/// directory, meta.json or data file cannot be read (other than being gone) is an error naming
+/// the path, not an empty entry.
 [[nodiscard]] Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache);
 
-/// Deletes a blob unless a process has it open (then `InvalidArgument`, "in use"). Never
+/// Deletes a blob unless a process has it open (then `Busy`, "in use"). Never
 /// follows a symbolic link: a link planted at ROOT/blobs/ID is removed, its target left alone.
 [[nodiscard]] Result<void> remove_blob(const CacheDir& cache, const std::string& id);
 

@@ -72,7 +72,7 @@ Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir,
     }
     auto r = detail::remove_blob(**cache, e.id);
     if (!r) {
-      if (r.error().code == ErrorCode::InvalidArgument) {  // became in use meanwhile
+      if (r.error().code == ErrorCode::Busy) {  // became in use meanwhile
         ++report.skipped_in_use;
         continue;
       }

@@ -85,7 +85,8 @@ namespace {
   X(Unauthorized, TF_ERR_UNAUTHORIZED)                 \
   X(RateLimited, TF_ERR_RATE_LIMITED)                  \
   X(BadResponse, TF_ERR_BAD_RESPONSE)                  \
-  X(Integrity, TF_ERR_INTEGRITY)
+  X(Integrity, TF_ERR_INTEGRITY)                       \
+  X(Busy, TF_ERR_BUSY)
 
 tf_code to_c(ErrorCode code) noexcept {
   switch (code) {

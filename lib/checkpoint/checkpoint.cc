@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include "base/text.h"
@@ -75,7 +76,9 @@ const std::string& Checkpoint::location() const noexcept { return impl_->locatio
 bool Checkpoint::sharded() const noexcept { return impl_->index.has_value(); }
 const std::optional<ShardIndex>& Checkpoint::index() const noexcept { return impl_->index; }
 const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->files; }
-const Header& Checkpoint::header(std::size_t file) const { return impl_->headers.at(file); }
+const Header* Checkpoint::header(std::size_t file) const noexcept {
+  return file < impl_->headers.size() ? &impl_->headers[file] : nullptr;
+}
 const std::vector<TensorRef>& Checkpoint::tensors() const noexcept { return impl_->tensors; }
 bool Checkpoint::remote() const noexcept { return impl_->remote; }
 const std::optional<std::string>& Checkpoint::commit() const noexcept { return impl_->commit; }
@@ -239,6 +242,9 @@ Result<void> Checkpoint::Impl::finish_open() {
 }
 
 Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOptions& options) {
+  if (location_view.find('\0') != std::string_view::npos) {
+    return fail(ErrorCode::InvalidArgument, "location " + quote_name(location_view) + " contains a NUL byte");
+  }
   std::string location(location_view);
   auto impl = std::make_unique<Impl>();
   impl->location = location;
@@ -263,6 +269,43 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
   if (options.cancel.cancelled()) return fail(ErrorCode::Cancelled, location + ": open cancelled");
   if (auto r = impl->finish_open(); !r) return fail(r.error());
   return Checkpoint(std::move(impl));
+}
+
+Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
+  for (std::size_t i = 0; i < selection.size(); ++i) {
+    const Selection& s = selection[i];
+    auto refuse = [&](const std::string& why) {
+      return fail(ErrorCode::InvalidArgument, "selection " + std::to_string(i) + " of " +
+                                                  std::to_string(selection.size()) + ": " + why);
+    };
+    if (s.ref.file >= impl.headers.size() || s.ref.info == nullptr) {
+      return refuse("its tensor reference does not belong to this checkpoint (file " + std::to_string(s.ref.file) +
+                    " of " + std::to_string(impl.headers.size()) + ")");
+    }
+    const auto entries = impl.headers[s.ref.file].tensors();
+    const std::less_equal<const TensorInfo*> le;
+    if (entries.empty() || !le(entries.data(), s.ref.info) || !le(s.ref.info, &entries.back())) {
+      return refuse("its tensor reference does not belong to this checkpoint");
+    }
+    const TensorInfo& t = *s.ref.info;
+    const std::string name = "tensor " + quote_name(t.name);
+    std::uint64_t sum = 0, elements = 1, bits = 0;
+    for (const auto& r : s.plan.ranges) {
+      if (r.end() < r.offset || r.end() > t.nbytes() || __builtin_add_overflow(sum, r.length, &sum)) {
+        return refuse(name + ": planned bytes " + std::to_string(r.offset) + "+" + std::to_string(r.length) +
+                      " lie outside its " + std::to_string(t.nbytes()) + " bytes");
+      }
+    }
+    bool overflow = false;
+    for (auto d : s.plan.shape) overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
+    overflow = overflow || __builtin_mul_overflow(elements, std::uint64_t{dtype_bits(t.dtype)}, &bits);
+    if (overflow || sum != s.plan.nbytes || bits != 8 * s.plan.nbytes) {
+      return refuse(name + ": its plan (" + std::to_string(s.plan.nbytes) + " bytes in " +
+                    std::to_string(s.plan.ranges.size()) + " ranges) disagrees with its shape and dtype; "
+                    "make selections with select()");
+    }
+  }
+  return {};
 }
 
 Result<std::vector<Selection>> Checkpoint::select(std::span<const Selector> selectors) const {

@@ -41,6 +41,11 @@ namespace tensorfetch {
 /// `impl` that have none open yet, so that their bytes can be viewed. In fetch.cc.
 void open_existing_blobs(Checkpoint::Impl& impl);
 
+/// Checks selections handed back by the caller before they are used: each must come from this
+/// checkpoint (its file and header entry) with a plan inside its tensor whose shape, dtype
+/// and byte count agree; else `InvalidArgument` naming the selection. In checkpoint.cc.
+[[nodiscard]] Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection);
+
 /// What a remote file needs beyond CheckpointFile, to fetch its bytes.
 struct RemoteFileState {
   std::string resolve_url;                  // the URL asked first (resolve URL or direct URL)
@@ -49,6 +54,7 @@ struct RemoteFileState {
   std::string prefix;                       // first bytes read by open (header and more; from
                                             // a snapshot manifest: the header only)
   std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open); see blob_mutex
+  std::optional<Error> blob_error;          // why an existing blob could not be opened (not: absent)
   std::string range_url;                    // where ranges are read now ("" = CheckpointFile::url);
                                             // changes when an expired URL is resolved again
   std::string local_path;                   // a complete copy found in the HF cache, if any

@@ -45,10 +45,13 @@ Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
     }
     std::unique_lock lock(impl.blob_mutex);
     rf.blob = std::move(*blob);
+    rf.blob_error.reset();
   }
   if (impl.offline || rf.blob->shared_verified() || rf.blob->complete()) return {};
   const ByteRange head{0, std::min<std::uint64_t>(rf.prefix.size(), file.size)};
-  if (head.length > 0 && !rf.blob->has(head)) {
+  auto held = head.length > 0 ? rf.blob->holds(head) : Result<bool>(true);
+  if (!held) return fail(held.error().with_context(file.path));
+  if (!*held) {
     if (auto w = rf.blob->write_at(0, std::as_bytes(std::span(rf.prefix)).first(head.length)); !w) {
       return fail(w.error().with_context(file.path));
     }
@@ -167,15 +170,6 @@ std::vector<std::vector<ByteRange>> wanted_ranges(const Checkpoint::Impl& impl, 
   return wanted;
 }
 
-Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
-  for (const auto& s : selection) {
-    if (s.ref.file >= impl.files.size() || s.ref.info == nullptr) {
-      return fail(ErrorCode::InvalidArgument, "selection does not belong to this checkpoint");
-    }
-  }
-  return {};
-}
-
 // Creates the directory of `target` (and its parents) as needed and opens it.
 Result<detail::UniqueFd> open_parent(const std::string& target) {
   std::error_code ec;
@@ -222,16 +216,26 @@ Result<std::shared_ptr<const detail::CacheDir>> Checkpoint::Impl::open_cache(boo
 }
 
 void open_existing_blobs(Checkpoint::Impl& impl) {
+  // Opening needs no cache (inspecting writes nothing and reads only headers), so an error here
+  // does not fail the open: it is kept per file and is what viewing that file's bytes reports,
+  // rather than "not in the cache" (a fetch opens the cache again and reports its own error).
   auto cache = impl.open_cache(false);
-  if (!cache) return;  // none yet (or refused: the fetch will say why)
+  if (!cache && cache.error().code == ErrorCode::NotFound) return;  // none yet
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
     auto& rf = impl.rfiles[i];
     if (rf.blob || !rf.local_path.empty()) continue;
+    if (!cache) {
+      rf.blob_error = cache.error();
+      continue;
+    }
     auto blob = detail::Blob::open(*cache, impl.blob_identity(i), impl.files[i].size, rf.resolve_url,
                                    impl.files[i].etag, detail::BlobCreate::No);
+    std::unique_lock lock(impl.blob_mutex);
     if (blob) {
-      std::unique_lock lock(impl.blob_mutex);
       rf.blob = std::move(*blob);
+      rf.blob_error.reset();
+    } else if (blob.error().code != ErrorCode::NotFound) {
+      rf.blob_error = blob.error();  // not "never fetched": the cache could not be read
     }
   }
 }
@@ -264,6 +268,9 @@ Result<FetchStats> Checkpoint::fetch_all(const FetchOptions& options) {
 }
 
 Result<void> Checkpoint::save_files(const std::string& dir) const {
+  if (dir.find('\0') != std::string::npos) {
+    return fail(ErrorCode::InvalidArgument, "directory " + quote_name(dir) + " contains a NUL byte");
+  }
   const std::string index_dir = [&] {
     auto slash = impl_->index_name.rfind('/');
     return slash == std::string::npos ? std::string() : impl_->index_name.substr(0, slash + 1);
@@ -313,8 +320,12 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
   if (!remote || !rfiles[file].local_path.empty()) return maps[file].bytes();
   std::shared_lock lock(blob_mutex);
   const auto& blob = rfiles[file].blob;
+  // The cache could not be read when the blob was looked for: that error, not "not fetched".
+  if (!blob && rfiles[file].blob_error) return fail(rfiles[file].blob_error->with_context(files[file].path));
   for (const auto& r : needed) {
-    if (!blob || !blob->has(r)) {
+    auto held = blob ? blob->holds(r) : Result<bool>(false);
+    if (!held) return fail(held.error().with_context(files[file].path + ": " + what));
+    if (!*held) {
       return fail(ErrorCode::NotFetched, files[file].path + ": " + what + " (bytes " + std::to_string(r.offset) + "-" +
                                              std::to_string(r.end()) + ") is not in the cache; fetch it first");
     }

@@ -146,7 +146,9 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
           }
           return fail(blob.error().with_context(f.path));
         }
-        if (!(*blob)->has(ByteRange{0, header_bytes})) {
+        auto held = (*blob)->holds(ByteRange{0, header_bytes});
+        if (!held) return fail(held.error().with_context(f.path));
+        if (!*held) {
           return fail(ErrorCode::NotFetched, "offline: the header of " + f.path + " is not in the cache");
         }
         auto map = (*blob)->map();

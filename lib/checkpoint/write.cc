@@ -347,6 +347,10 @@ Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile
 
 Result<void> Checkpoint::write(std::span<const Selection> selection, const std::string& out,
                                const WriteOptions& options) const {
+  if (auto r = check_selection(*impl_, selection); !r) return r;
+  if (out.find('\0') != std::string::npos) {
+    return fail(ErrorCode::InvalidArgument, "output path " + detail::quote_name(out) + " contains a NUL byte");
+  }
   const WriteJob job = plan_outputs(*impl_, selection, out, options.sharded_output);
 
   // Where each file goes, and how. Never replace a file of the checkpoint being read (e.g. `-o`
@@ -433,6 +437,7 @@ Result<void> Checkpoint::write_stream(std::span<const Selection> selection, int 
                 "a sharded output (one file per shard plus an index) cannot be written to a stream");
   }
   if (fd < 0) return fail(ErrorCode::InvalidArgument, "write_stream: invalid file descriptor " + std::to_string(fd));
+  if (auto r = check_selection(*impl_, selection); !r) return r;
   const std::string what = "output stream (descriptor " + std::to_string(fd) + ")";
   const WriteJob job = plan_outputs(*impl_, selection, what, false);
   StreamFd stream = stream_descriptor(fd);

@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "format/header_internal.h"
 #include "format/huge_pages.h"
 #include "format/json_internal.h"
 #include "format/name_index.h"
@@ -72,15 +73,16 @@ std::span<const TensorInfo> Header::tensors() const noexcept {
   return storage_->tensors;
 }
 
-Result<void> Header::set_tensors(std::span<const TensorInfo> tensors) {
+Result<void> detail::HeaderBuilder::set_tensors(Header& header, std::span<const TensorInfo> tensors) {
   // A fresh storage: the old names and shapes go with the old one.
-  storage_ = std::make_unique<Storage>();
-  auto& kept = storage_->tensors;
+  auto& storage = header.storage_;
+  storage = std::make_unique<Header::Storage>();
+  auto& kept = storage->tensors;
   kept.reserve(tensors.size());
   for (const auto& t : tensors) {
-    kept.push_back(TensorInfo{storage_->keep(t.name), t.dtype, storage_->keep(t.shape), t.begin, t.end});
+    kept.push_back(TensorInfo{storage->keep(t.name), t.dtype, storage->keep(t.shape), t.begin, t.end});
   }
-  return index_tensors();
+  return header.index_tensors();
 }
 
 Result<void> Header::index_tensors() {

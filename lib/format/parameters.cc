@@ -319,7 +319,7 @@ ParameterCount count_parameters(std::span<const TensorInfo* const> tensors,
   const Rules rules(std::move(q));
   out.rule = rules.describe();
   for (const TensorInfo* t : tensors) {
-    if (t->shape.empty()) continue;  // scalars are not parameters, as on the Hub
+    if (t == nullptr || t->shape.empty()) continue;  // scalars are not parameters, as on the Hub
     if (rules.skip(t->name, t->dtype)) {
       ++out.skipped_tensors;
       continue;

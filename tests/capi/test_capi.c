@@ -424,6 +424,7 @@ static void test_codes(void) {
       {TF_ERR_RATE_LIMITED, 28, "RateLimited", 3},
       {TF_ERR_BAD_RESPONSE, 29, "BadResponse", 3},
       {TF_ERR_INTEGRITY, 30, "Integrity", 4},
+      {TF_ERR_BUSY, 31, "Busy", 1},
       {TF_ERR_INTERNAL, 100, "Internal", 1},
   };
   size_t i;

@@ -82,6 +82,19 @@ check "pkg-config --modversion tensorfetch = $PROJECT_VERSION" \
   test "$(pkg-config --modversion tensorfetch)" = "$PROJECT_VERSION"
 flags=$(pkg-config --cflags --libs tensorfetch)
 echo "pkg-config --cflags --libs tensorfetch: $flags"
+# tl-expected, which every public C++ header includes: required when pkg-config knows it, else
+# (Debian: a CMake package only) named in the .pc's requires_header; either way every Requires
+# resolves, so `pkg-config tensorfetch` itself works.
+check "pkg-config resolves every Requires of tensorfetch.pc" pkg-config --exists --print-errors tensorfetch
+pc_requires=$(pkg-config --print-requires tensorfetch)
+if pkg-config --exists tl-expected; then
+  check "tensorfetch.pc requires tl-expected (Requires: '$pc_requires')" grep -q '^tl-expected' <<<"$pc_requires"
+else
+  check "tensorfetch.pc requires no package pkg-config lacks (Requires: '$pc_requires')" test -z "$pc_requires"
+  check "tensorfetch.pc names tl/expected.hpp in requires_header" \
+    grep -qF 'tl/expected.hpp' <<<"$(pkg-config --variable=requires_header tensorfetch)"
+fi
+check "tensorfetch.pc's description names tl-expected" grep -q '^Description:.*tl-expected' "$libdir/pkgconfig/tensorfetch.pc"
 
 # --- the C example, built as a user builds it -------------------------------------------------
 # shellcheck disable=SC2086  # flags and compilers are word lists

@@ -496,7 +496,7 @@ std::vector<Selection> pick(const Checkpoint& c, const std::vector<std::string>&
 Ranges wanted_ranges(const Checkpoint& c, const std::vector<Selection>& sel) {
   Ranges out;
   for (const auto& s : sel) {
-    const ByteRange base = c.header(s.ref.file).file_range(*s.ref.info);
+    const ByteRange base = c.header(s.ref.file)->file_range(*s.ref.info);
     for (const auto& r : s.plan.ranges) out.push_back({base.offset + r.offset, r.length});
   }
   return out;
@@ -510,7 +510,7 @@ void check_view(const Checkpoint& c, const std::string& name, const std::string&
   auto v = c.view(*ref);
   INFO(name << ": " << (v ? std::string() : v.error().message));
   REQUIRE(v);
-  const ByteRange r = c.header(ref->file).file_range(*ref->info);
+  const ByteRange r = c.header(ref->file)->file_range(*ref->info);
   REQUIRE(v->bytes.size() == r.length);
   CHECK(std::memcmp(v->bytes.data(), source.data() + r.offset, r.length) == 0);
   CHECK(v->name == name);
@@ -554,7 +554,7 @@ ByteRange c_range(const Fixture& f, const std::string& name) {
   REQUIRE(local);
   const TensorRef* t = local->find(name);
   REQUIRE(t != nullptr);
-  return local->header(t->file).file_range(*t->info);
+  return local->header(t->file)->file_range(*t->info);
 }
 
 const std::vector<std::string> kSelection = {
@@ -890,7 +890,7 @@ TEST_CASE("fetch: fetch_all + save_files of a sharded repo: files byte-identical
   for (std::size_t i = 0; i < c.files().size(); ++i) {
     const auto& file = c.files()[i];
     // What the open read: the window, or the whole header when it is larger.
-    const std::uint64_t prefix = std::min(file.size, std::max(window, c.header(i).data_offset()));
+    const std::uint64_t prefix = std::min(file.size, std::max(window, c.header(i)->data_offset()));
     const Ranges planned = plan({{0, file.size}}, {{0, prefix}}, 0, kChunk);
     expected_bytes += total(planned);
     for (const auto& p : planned) expected.insert(file.path + " " + range_header(p));
@@ -1712,7 +1712,7 @@ TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the fu
     check_extents_hold_source(cache, f.blob_id, big_model());
     // Views of tensors inside the recorded extents are exact; others are NotFetched.
     for (const auto& t : c.tensors()) {
-      const ByteRange r = c.header(0).file_range(*t.info);
+      const ByteRange r = c.header(0)->file_range(*t.info);
       auto v = c.view(t);
       if (covered(m.extents, r)) {
         REQUIRE(v);
@@ -1775,4 +1775,25 @@ TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named
   REQUIRE_FALSE(saved);
   CHECK(saved.error().code == ErrorCode::NotFetched);
   CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
+}
+
+TEST_CASE("fetch: a cache blob that cannot be read is reported by view as that error, not as 'not fetched'; the open "
+          "still succeeds",
+          "[fetch][cache][disk]") {
+  Fixture f;
+  {
+    Checkpoint c = f.open();
+    REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks()));
+  }
+  // A structural disk fault: the blob's meta.json is a directory (reading it fails, EISDIR).
+  const fs::path meta = f.cache / "blobs" / f.blob_id / "meta.json";
+  REQUIRE(fs::exists(meta));
+  fs::remove(meta);
+  fs::create_directory(meta);
+  Checkpoint c = f.open();  // inspecting needs no blob
+  auto v = c.view(*c.find("layers.5.weight"));
+  REQUIRE_FALSE(v);
+  INFO(v.error().message);
+  CHECK(v.error().code == ErrorCode::Io);
+  CHECK_THAT(v.error().message, Catch::Contains(meta.string()) && Catch::Contains(kFile));
 }

@@ -321,7 +321,7 @@ TEST_CASE("cancel: a CancelToken stops a stalled open and a stalled fetch within
     REQUIRE(t != nullptr);
     auto v = c->view(*t);
     REQUIRE(v);
-    const ByteRange r = c->header(t->file).file_range(*t->info);
+    const ByteRange r = c->header(t->file)->file_range(*t->info);
     CHECK(std::memcmp(v->bytes.data(), source().data() + r.offset, r.length) == 0);
   }
 }

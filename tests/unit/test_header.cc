@@ -17,6 +17,7 @@
 
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
+#include "format/header_internal.h"
 #include "tensorfetch/format.hpp"
 #include "test_util.hpp"
 
@@ -949,7 +950,20 @@ TEST_CASE("header: data_offset and file_range are absolute positions in the file
   CHECK(r->file_range(*r->find("a")) == tf::ByteRange{8 + n, 3});
 }
 
-TEST_CASE("header: set_tensors copies names and shapes, refuses duplicate names and leaves the header empty",
+// The public types are plain: views of the header's arena, nothing of the allocator behind them,
+// and no way to build a Header from outside the library except by parsing.
+static_assert(std::is_same_v<decltype(tf::TensorInfo::name), std::string_view>);
+static_assert(std::is_same_v<decltype(tf::TensorInfo::shape), std::span<const std::uint64_t>>);
+static_assert(std::is_same_v<decltype(std::declval<const tf::Header&>().tensors()), std::span<const tf::TensorInfo>>);
+template <class H>
+concept settable_from_outside = requires(H& h, std::span<const tf::TensorInfo> ts) { h.set_tensors(ts); };
+template <class H>
+concept storage_visible = requires { typename H::Storage; };
+static_assert(!settable_from_outside<tf::Header>,
+              "Header::set_tensors is not public: use detail::HeaderBuilder inside the library");
+static_assert(!storage_visible<tf::Header>, "Header::Storage is private");
+
+TEST_CASE("header: HeaderBuilder::set_tensors (internal) copies names and shapes, refuses duplicate names and leaves the header empty",
           "[header][find]") {
   tf::Header h;
   std::string name = "same";
@@ -963,12 +977,12 @@ TEST_CASE("header: set_tensors copies names and shapes, refuses duplicate names 
   ts[1] = ts[0];
   ts[1].begin = 4;
   ts[1].end = 8;
-  CHECK_ERROR(h.set_tensors(ts), ErrorCode::DuplicateKey, "same");
+  CHECK_ERROR(tf::detail::HeaderBuilder::set_tensors(h, ts), ErrorCode::DuplicateKey, "same");
   CHECK(h.tensors().empty());
   CHECK(h.find("same") == nullptr);
 
   ts[1].name = "other";
-  REQUIRE(h.set_tensors(ts).has_value());
+  REQUIRE(tf::detail::HeaderBuilder::set_tensors(h, ts).has_value());
   name = "xxxx";  // the header holds copies
   REQUIRE(h.find("same") != nullptr);
   REQUIRE(h.find("other") != nullptr);
@@ -1005,10 +1019,15 @@ TEST_CASE("error: codes have stable names and map to the CLI exit codes", "[erro
   CHECK(tf::exit_code(ErrorCode::Network) == 3);
   CHECK(tf::exit_code(ErrorCode::Integrity) == 4);
   for (auto c : {ErrorCode::InvalidArgument, ErrorCode::SliceOutOfRange, ErrorCode::SliceMisaligned,
-                 ErrorCode::NotFound, ErrorCode::Io}) {
+                 ErrorCode::NotFound, ErrorCode::Io, ErrorCode::Cancelled, ErrorCode::NotFetched,
+                 ErrorCode::Busy}) {
     INFO(tf::to_string(c));
     CHECK(tf::exit_code(c) == 1);
   }
+  // Busy was appended: every earlier code keeps its value (the C++ enum is part of the ABI too).
+  CHECK(static_cast<int>(ErrorCode::Integrity) == 29);
+  CHECK(static_cast<int>(ErrorCode::Busy) == 30);
+  CHECK(tf::to_string(ErrorCode::Busy) == "Busy");
   const tf::Error e{ErrorCode::Io, "read failed"};
   CHECK(e.with_context("x.safetensors").message == "x.safetensors: read failed");
   CHECK(e.with_context("x.safetensors").code == ErrorCode::Io);

@@ -45,13 +45,13 @@ struct StringMaker<tensorfetch::ByteRange> {
 
 namespace tftest {
 
-/// A shape (std or pmr vector) as a plain std::vector, for comparisons and printing.
+/// A shape (a span, or any range of dimensions) as a plain std::vector, for comparisons and printing.
 template <class V>
 std::vector<std::uint64_t> dims(const V& v) {
   return std::vector<std::uint64_t>(v.begin(), v.end());
 }
 
-/// A name (std or pmr string) as a plain std::string.
+/// A name (a string_view, or anything convertible to one) as a plain std::string.
 template <class S>
 std::string str(const S& s) {
   return std::string(std::string_view(s));

@@ -44,6 +44,12 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
+// The `__metadata__` of the first file, or nullptr when it has none (or there is no file).
+const Metadata* first_file_metadata(const Checkpoint& ckpt) {
+  const Header* h = ckpt.header(0);
+  return h && h->metadata ? &*h->metadata : nullptr;
+}
+
 std::string shape_text(std::span<const std::uint64_t> shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -201,12 +207,12 @@ bool print_json(const Checkpoint& ckpt) {
     const auto& f = ckpt.files()[i];
     out.element({{"path", f.path},
                  {"size", f.size},
-                 {"header_size", ckpt.header(i).header_size},
+                 {"header_size", ckpt.header(i)->header_size},
                  {"etag", f.etag ? ordered_json(*f.etag) : ordered_json(nullptr)},
                  {"sha256", f.sha256 ? ordered_json(*f.sha256) : ordered_json(nullptr)}});
   }
   out.end_array();
-  const auto& md = ckpt.header(0).metadata;
+  const Metadata* md = first_file_metadata(ckpt);
   out.member("metadata", md ? ordered_json(*md) : ordered_json(nullptr));
   out.begin_array("tensors");
   std::size_t count = 0;
@@ -294,7 +300,7 @@ void print_table(const Checkpoint& ckpt, bool all) {
   }
   if (ckpt.commit()) os << "commit       " << escape_text(*ckpt.commit()) << '\n';
   if (ckpt.remote()) os << "requests     " << ckpt.requests() << " (HTTP, to read every header)\n";
-  const auto& md = ckpt.header(0).metadata;
+  const Metadata* md = first_file_metadata(ckpt);
   os << "metadata     ";
   if (!md || md->empty()) {
     os << "(none)\n";
