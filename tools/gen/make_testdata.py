@@ -220,7 +220,7 @@ def indexes(out):
     bad("shard-not-string", "InvalidIndex", {"weight_map": {"a": 1}})
     bad("total-size-negative", "InvalidIndex", {"metadata": {"total_size": -1}, "weight_map": {"a": "x.safetensors"}})
     bad("not-json", "InvalidIndex", '{"weight_map": {"a": "x.safetensors"}')
-    bad("dup-tensor", "DuplicateKey", '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}')
+    bad("dup-tensor", "InvalidIndex", '{"weight_map":{"a":"x.safetensors","a":"y.safetensors"}}')
     bad("unsafe-parent", "UnsafeShardName", {"weight_map": {"a": "../x.safetensors"}})
     bad("unsafe-absolute", "UnsafeShardName", {"weight_map": {"a": "/etc/passwd"}})
     bad("unsafe-percent-dotdot", "UnsafeShardName", {"weight_map": {"a": "%2e%2e/x.safetensors"}})
