@@ -178,8 +178,8 @@ std::optional<SniffedFormat> text(std::string_view s) {
       if (digits > 0 && digits <= 20) what += " (for a file of " + std::string(rest.substr(0, digits)) + " bytes)";
     }
     return found(OtherFormat::GitLfsPointer, std::move(what),
-                 "the repository was cloned without its Git LFS files: run `git lfs pull` in it, or read "
-                 "the repo directly with tensorfetch hf://ORG/NAME");
+                 "the real file is stored in Git LFS: run `git lfs pull` in a clone, or read it where Git "
+                 "LFS serves it (hf://ORG/NAME for a Hub repo)");
   }
   // Leading white space and a UTF-8 byte order mark are skipped.
   std::size_t i = at(s, 0, "\xef\xbb\xbf") ? 3 : 0;
@@ -188,7 +188,7 @@ std::optional<SniffedFormat> text(std::string_view s) {
   for (auto& c : start) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   if (start.starts_with("<!doctype html") || start.starts_with("<html")) {
     return found(OtherFormat::Html, "a web page (HTML)",
-                 "a sign-in or error page, or a page's URL given instead of the file's download URL");
+                 "perhaps a sign-in or error page, or the URL of a web page rather than of the file");
   }
   if (i < s.size() && s[i] == '{') {
     std::size_t j = i + 1;
