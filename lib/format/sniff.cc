@@ -201,7 +201,9 @@ std::optional<SniffedFormat> text(std::string_view s) {
 }  // namespace
 
 std::optional<SniffedFormat> sniff_other_format(std::span<const std::byte> first_bytes) {
-  const std::string_view s = chars(first_bytes);
+  // A local file is given whole (its mapping): look at its beginning only.
+  constexpr std::size_t kLookAt = 4096;
+  const std::string_view s = chars(first_bytes.first(std::min(first_bytes.size(), kLookAt)));
   if (could_be_safetensors(s)) return std::nullopt;
 
   if (at(s, 0, "GGUF")) {

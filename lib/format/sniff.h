@@ -44,9 +44,10 @@ struct SniffedFormat {
   std::string hint;    ///< what the user may do about it, or empty
 };
 
-/// Says which other format a file is, from its first bytes (as many as the caller holds: 8 are
-/// enough for most magics; a zip's first entry name, a tar header or an HDF5 signature at
-/// offset 2048 need up to 2056; more are not looked at beyond a Git LFS pointer's first KiB).
+/// Says which other format a file is, from its first bytes (as many as the caller holds, of
+/// which at most the first 4 KiB are looked at: 8 are enough for most magics; a zip's first
+/// entry name, a tar header, ONNX's first fields or an HDF5 signature at offset 2048 need more).
+/// Nothing is decompressed or decoded beyond a zip's first entry name and a few protobuf fields.
 /// Returns nothing for bytes it does not recognise, and for bytes that could start a valid
 /// safetensors file (a header length of at most kMaxHeaderSize followed by `{`, or fewer than
 /// 9 bytes whose length is plausible): call it only once the safetensors checks have refused

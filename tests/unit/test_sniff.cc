@@ -217,6 +217,9 @@ TEST_CASE("magic prefixes: recognised, and never when they could start a valid f
                                           std::string("\x14\0\0\0", 4) + "ar", "Zip"},
       {"zip, TorchScript data/0 first", std::string("PK\x03\x04\0\0\x08\x08", 8) + std::string(18, '\0') +
                                             std::string("\x09\0\0\0", 4) + "ts/data/0" + tail, "PyTorchZip"},
+      {"zip whose first name ends beyond the 4 KiB looked at",
+       std::string("PK\x03\x04\0\0\x08\x08", 8) + std::string(18, '\0') + std::string("\x10\x27\0\0", 4) +
+           std::string(9991, 'a') + "/data.pkl", "Zip"},
       {"zip with version and flags 0, then '{': a plausible safetensors start",
        std::string("PK\x03\x04\0\0\0\0", 8) + "{" + tail, ""},
       {"zip with version and flags 0, then no '{'", std::string("PK\x03\x04\0\0\0\0", 8) + "\x08" + tail, "Zip"},
