@@ -120,7 +120,10 @@ class TENSORFETCH_API HeaderParser {
 };
 
 /// Reads N from the first 8 bytes of a file (little-endian) and checks it against the cap
-/// and the file size: refuses N > kMaxHeaderSize and 8 + N > file_size.
+/// and the file size: refuses N > kMaxHeaderSize and 8 + N > file_size. When it refuses
+/// bytes that are another known format (GGUF, a PyTorch zip or pickle, NumPy, HDF5, ONNX, an
+/// archive, a Git LFS pointer, a web page), the message says so — "this is a GGUF file, not
+/// safetensors" — under the same code; give more than 8 bytes to let it see more formats.
 [[nodiscard]] TENSORFETCH_API Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
                                                       std::uint64_t file_size);
 
@@ -138,7 +141,8 @@ class TENSORFETCH_API HeaderParser {
 
 /// Convenience: parses a file whose first `bytes.size()` bytes are given (at least 8 + N)
 /// and whose total size is `file_size`. Bytes given beyond the header serve as padding, so a
-/// whole mapped file is parsed without copying its header.
+/// whole mapped file is parsed without copying its header. A file of another known format
+/// is refused with a message naming it, as by `parse_header_size`.
 [[nodiscard]] TENSORFETCH_API Result<Header> parse_file_prefix(std::span<const std::byte> bytes,
                                                std::uint64_t file_size);
 

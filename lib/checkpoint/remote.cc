@@ -254,7 +254,7 @@ struct Remote {
     for (std::size_t i = 0; i < n; ++i) {
       auto& bytes = states[i]->prefix;
       auto size = parse_header_size(std::as_bytes(std::span(bytes)), impl.files[i].size);
-      if (!size) return fail(size.error().with_context(impl.files[i].path));
+      if (!size) return fail(size.error().with_context(impl.files[i].path + " (" + impl.files[i].url + ")"));
       const std::uint64_t need = kPrefixSize + *size;
       if (need > bytes.size()) {
         HttpRequest r = request(impl.files[i].url, ByteRange{bytes.size(), need - bytes.size()},

@@ -20,6 +20,7 @@
 #include "format/huge_pages.h"
 #include "format/json_internal.h"
 #include "format/name_index.h"
+#include "format/sniff.h"
 #include "tensorfetch/format.hpp"
 
 namespace tensorfetch {
@@ -116,8 +117,10 @@ const TensorInfo* Header::find(std::string_view name) const {
   return pos ? &tensors[*pos] : nullptr;
 }
 
-Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
-                                        std::uint64_t file_size) {
+namespace {
+
+// parse_header_size without naming another format.
+Result<std::uint64_t> read_header_size(std::span<const std::byte> prefix, std::uint64_t file_size) {
   if (file_size < kPrefixSize || prefix.size() < kPrefixSize) {
     return fail(ErrorCode::FileTooSmall,
                 "file is " + std::to_string(file_size) +
@@ -136,6 +139,16 @@ Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
                     std::to_string(file_size) + " bytes; header would need bytes [8, " +
                     std::to_string(kPrefixSize + n) + "))");
   }
+  return n;
+}
+
+}  // namespace
+
+Result<std::uint64_t> parse_header_size(std::span<const std::byte> prefix,
+                                        std::uint64_t file_size) {
+  auto n = read_header_size(prefix, file_size);
+  // Refused: a GGUF file, a PyTorch checkpoint, ... says what it is instead.
+  if (!n) return fail(detail::explain_other_format(std::move(n.error()), prefix));
   return n;
 }
 
@@ -648,7 +661,12 @@ Result<Header> HeaderParser::parse_file_prefix(std::span<const std::byte> bytes,
                                              " bytes given, the header needs " +
                                              std::to_string(kPrefixSize + *n));
   }
-  return parse(bytes.subspan(kPrefixSize, *n), file_size, bytes.size() - kPrefixSize - *n);
+  auto header = parse(bytes.subspan(kPrefixSize, *n), file_size, bytes.size() - kPrefixSize - *n);
+  // A plausible length but no `{` after it: perhaps another format (a zip, a pickle, ...).
+  if (!header && header.error().code == ErrorCode::HeaderStart) {
+    return fail(detail::explain_other_format(std::move(header.error()), bytes));
+  }
+  return header;
 }
 
 }  // namespace tensorfetch

@@ -7,8 +7,9 @@
 //     the little-endian u64 in the first 8 bytes (saturating), so X is the data size the
 //     header must describe. Seeds of the form LE64(data_size) + JSON are valid headers.
 // Every accepted header must satisfy the format's invariants, agree with an independent
-// JSON parser (nlohmann), and round-trip through layout_file + parse_file_prefix; a
-// HeaderParser reused across all inputs must answer exactly as a fresh parse does.
+// JSON parser (nlohmann), round-trip through layout_file + parse_file_prefix, and never be
+// recognised as another format (lib/format/sniff.h); a HeaderParser reused across all inputs
+// must answer exactly as a fresh parse does.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/sniff.h"
 #include "fuzz_check.h"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/format.hpp"
@@ -226,8 +228,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto n = tf::parse_header_size(bytes, size);
     FUZZ_CHECK(n.has_value() && *n == h->header_size, "parse_header_size disagrees");
     check_accepted(*h, bytes.subspan(tf::kPrefixSize, h->header_size), size);
+    // A valid file is never taken for another format, whatever its first bytes.
+    auto other = tf::detail::sniff_other_format(bytes);
+    FUZZ_CHECK(!other, "a valid safetensors file is recognised as " + (other ? other->what : ""));
   } else {
     FUZZ_CHECK(!h.error().message.empty(), "error without a message");
+    // Another format is named only for a refused length prefix or a missing '{'.
+    const auto code = h.error().code;
+    FUZZ_CHECK(!h.error().message.starts_with("this is ") ||
+                   code == tf::ErrorCode::HeaderTooLarge || code == tf::ErrorCode::FileTooSmall ||
+                   code == tf::ErrorCode::HeaderStart,
+               "another format named for " + std::string(tf::to_string(code)) + ": " + h.error().message);
   }
   check_same(h, reused_parser().parse_file_prefix(bytes, size));
 
