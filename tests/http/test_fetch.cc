@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -943,102 +944,105 @@ TEST_CASE("fetch: a 429 storm longer than the retries fails RateLimited (exit 3)
   }
 }
 
-TEST_CASE("fetch: a server that ignores Range fails BadResponse naming the URL; nothing new is marked present",
-          "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  REQUIRE(c.fetch(pick(c, {"layers.3.weight"}), small_chunks()));  // something already there
-  const Ranges before = normalized(read_meta(f.cache, f.blob_id).extents);
-  f.server->clear_log();
-  f.server->set_ignore_range(true);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.12.weight"}), small_chunks());
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK(exit_code(stats.error().code) == 3);
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
-  CHECK_THAT(stats.error().message, Catch::Contains("ignored the Range"));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  CHECK_FALSE(data.empty());
-  for (const auto& r : data) {
-    INFO(r.to_json());
-    CHECK(r.fault == "ignore_range");
-    CHECK(r.status == 200);
-    CHECK(r.body_bytes < big_model().size());  // the client hung up instead of reading the file
-  }
-  // Not retried: a server that ignores Range will do so again.
-  std::set<std::string> ranges;
-  for (const auto& r : data) ranges.insert(r.range);
-  CHECK(ranges.size() == data.size());
-  check_request_rules(f.server->log(), f.etag);
-  CHECK(normalized(read_meta(f.cache, f.blob_id).extents) == before);
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  auto v = c.view(*c.find("layers.8.weight"));
-  REQUIRE_FALSE(v);
-  CHECK(v.error().code == ErrorCode::NotFetched);
-  check_view(c, "layers.3.weight", big_model());
+namespace {
+
+// A server that breaks the HTTP range protocol on CDN requests of tensor data: one row per
+// fault. The fetch fails with `code` (never retried: a server that breaks the protocol once
+// will again), the message names what `mentions` say, and nothing of a faulty response is
+// committed.
+struct ProtocolFault {
+  std::string name;                          // what the server does (the section's name)
+  std::function<void(HubServer&)> arm;       // the test server's switch
+  std::vector<std::string> selection;        // what is fetched
+  std::size_t connections;
+  ErrorCode code;
+  std::vector<std::string> mentions;         // message fragments; "{cdn}": the file's CDN path,
+                                             // "{range}": the faulty request's Range header
+  std::string fault;                         // the log's `fault` of the faulty responses
+  int status;                                // their status
+  bool every_request_faulty;                 // every data request is faulty (not just the first)
+};
+
+const std::vector<ProtocolFault>& protocol_faults() {
+  static const std::vector<ProtocolFault> rows = {
+      {"ignores Range (200 with the whole file)", [](HubServer& s) { s.set_ignore_range(true); },
+       {"layers.8.weight", "layers.12.weight"}, 4, ErrorCode::BadResponse, {"{cdn}", "ignored the Range"},
+       "ignore_range", 200, true},
+      {"a wrong Content-Range (shifted by one byte)", [](HubServer& s) { s.wrong_content_range(1, "/cdn/", 1); },
+       {"layers.8.weight", "layers.9.weight"}, 2, ErrorCode::BadResponse, {"Content-Range", "{cdn}", "{range}"},
+       "wrong_content_range", 206, false},
+      {"a body 1000 bytes longer than the range (chunked)",
+       [](HubServer& s) { s.overlong_body(1000, 1, "/cdn/", testing::OverlongMode::Chunked); },
+       {"layers.8.weight", "layers.9.weight"}, 1, ErrorCode::BadResponse, {"longer than"}, "overlong", 206, false},
+      {"a body 1000 bytes longer than the range (no Content-Length, closed)",
+       [](HubServer& s) { s.overlong_body(1000, 1, "/cdn/", testing::OverlongMode::CloseDelimited); },
+       {"layers.8.weight", "layers.9.weight"}, 1, ErrorCode::BadResponse, {"longer than"}, "overlong", 206, false},
+  };
+  return rows;
 }
 
-TEST_CASE("fetch: a wrong Content-Range fails BadResponse and nothing of that chunk is committed", "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  f.server->clear_log();
-  f.server->wrong_content_range(1, "/cdn/", 1);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(2));
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK_THAT(stats.error().message, Catch::Contains("Content-Range"));
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  std::vector<RequestRecord> bad;
-  for (const auto& r : data) {
-    if (r.fault == "wrong_content_range") bad.push_back(r);
-  }
-  REQUIRE(bad.size() == 1);
-  const auto bad_range = parse_range(bad[0].range);
-  REQUIRE(bad_range);
-  CHECK_THAT(stats.error().message, Catch::Contains(bad[0].range));
-  // The faulty chunk was not asked again, and none of its bytes are recorded as present.
-  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
-  const Meta m = read_meta(f.cache, f.blob_id);
-  for (const auto& e : m.extents) {
-    INFO("extent [" << e.offset << ", " << e.end() << ")");
-    CHECK_FALSE(intersects(e, *bad_range));
-  }
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  check_request_rules(f.server->log(), f.etag);
-}
+}  // namespace
 
-TEST_CASE("fetch: a body longer than the range asked fails BadResponse and nothing of that chunk is committed",
+TEST_CASE("fetch: a server that breaks the range protocol (table) fails BadResponse (exit 3) naming the URL; "
+          "the faulty response is not retried and nothing of it is committed",
           "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  f.server->clear_log();
-  f.server->overlong_body(1000, 1, "/cdn/", testing::OverlongMode::Chunked);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(1));
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK_THAT(stats.error().message, Catch::Contains("longer than"));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  std::vector<RequestRecord> bad;
-  for (const auto& r : data) {
-    if (r.fault == "overlong") bad.push_back(r);
+  for (const auto& row : protocol_faults()) {
+    DYNAMIC_SECTION(row.name) {
+      Fixture f;
+      Checkpoint c = f.open();
+      REQUIRE(c.fetch(pick(c, {"layers.3.weight"}), small_chunks()));  // something already there
+      const Ranges before = normalized(read_meta(f.cache, f.blob_id).extents);
+      f.server->clear_log();
+      row.arm(*f.server);
+      auto stats = c.fetch(pick(c, row.selection), small_chunks(row.connections));
+      REQUIRE_FALSE(stats);
+      INFO(stats.error().message);
+      CHECK(stats.error().code == row.code);
+      CHECK(exit_code(stats.error().code) == 3);
+      f.server->stop();  // the records of the responses the client hung up on are complete
+
+      const auto data = data_requests(f.server->log());
+      std::vector<RequestRecord> faulty;
+      for (const auto& r : data) {
+        INFO(r.to_json());
+        if (r.fault == row.fault) {
+          faulty.push_back(r);
+          CHECK(r.status == row.status);
+          CHECK(r.body_bytes < big_model().size());  // the client hung up instead of reading on
+        } else {
+          CHECK_FALSE(row.every_request_faulty);
+          CHECK(r.fault.empty());
+        }
+      }
+      REQUIRE_FALSE(faulty.empty());
+      if (!row.every_request_faulty) CHECK(faulty.size() == 1);  // the switch fires once
+      for (std::string m : row.mentions) {
+        if (m == "{cdn}") m = "/cdn/" + f.sha;
+        if (m == "{range}") m = faulty[0].range;
+        CHECK_THAT(stats.error().message, Catch::Contains(m));
+      }
+      // Not retried, and none of a faulty response's bytes recorded as present.
+      const Ranges after = normalized(read_meta(f.cache, f.blob_id).extents);
+      for (const auto& bad : faulty) {
+        INFO(bad.to_json());
+        CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad.range; }) == 1);
+        const auto bad_range = parse_range(bad.range);
+        REQUIRE(bad_range);
+        CHECK_FALSE(intersects(minus(after, before), *bad_range));
+      }
+      if (row.every_request_faulty) CHECK(after == before);
+      check_extents_hold_source(f.cache, f.blob_id, big_model());
+      check_request_rules(f.server->log(), f.etag);
+      check_view(c, "layers.3.weight", big_model());
+      if (row.every_request_faulty) {
+        for (const auto& name : row.selection) {
+          auto v = c.view(*c.find(name));
+          REQUIRE_FALSE(v);
+          CHECK(v.error().code == ErrorCode::NotFetched);
+        }
+      }
+    }
   }
-  REQUIRE(bad.size() == 1);
-  const auto bad_range = parse_range(bad[0].range);
-  REQUIRE(bad_range);
-  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
-  for (const auto& e : read_meta(f.cache, f.blob_id).extents) {
-    INFO("extent [" << e.offset << ", " << e.end() << ")");
-    CHECK_FALSE(intersects(e, *bad_range));
-  }
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  check_request_rules(f.server->log(), f.etag);
 }
 
 TEST_CASE("fetch: the file changing on the server mid-load fails Integrity (exit 4); the cache holds only original bytes",
