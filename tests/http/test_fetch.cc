@@ -188,6 +188,17 @@ void check_request_rules(const std::vector<RequestRecord>& log, const std::strin
   }
 }
 
+// A re-run asks only for what is missing: no tensor request of `log` touches a byte of
+// `committed` (what the cache held before it).
+void check_nothing_asked_twice(const std::vector<RequestRecord>& log, const Ranges& committed) {
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    CHECK_FALSE(intersects(committed, *rr));
+  }
+}
+
 // ------------------------------------------------------------------ processes
 
 // The environment of a child CLI: ours, without Hub settings, with a cache and HF home of the
@@ -814,12 +825,7 @@ TEST_CASE("fetch: drops beyond the retries fail Network (exit 3); the bytes that
   INFO((again ? std::string() : again.error().message));
   REQUIRE(again);
   CHECK(again->bytes_cached >= 40000);
-  for (const auto& r : data_requests(f.server->log())) {
-    INFO(r.to_json());
-    auto rr = parse_range(r.range);
-    REQUIRE(rr);
-    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
-  }
+  check_nothing_asked_twice(f.server->log(), m.extents);
   check_view(c, "layers.8.weight", big_model());
 }
 
@@ -1287,11 +1293,7 @@ TEST_CASE("fetch: a progress callback returning false cancels (Cancelled); compl
   auto again = c.fetch(sel, small_chunks(4));
   REQUIRE(again);
   CHECK(again->bytes_cached >= total(minus(m.extents, {{0, kWindow}})));
-  for (const auto& r : data_requests(f.server->log())) {
-    auto rr = parse_range(r.range);
-    REQUIRE(rr);
-    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
-  }
+  check_nothing_asked_twice(f.server->log(), m.extents);
   for (const auto& name : {"layers.8.weight", "layers.13.weight"}) check_view(c, name, big_model());
 }
 
