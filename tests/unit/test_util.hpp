@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "support/bytes.hpp"
+#include "support/catch_strings.hpp"
 #include "support/files.hpp"
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/dtype.hpp"
@@ -34,12 +35,6 @@ template <>
 struct StringMaker<tensorfetch::DType> {
   static std::string convert(tensorfetch::DType dtype) {
     return std::string(tensorfetch::to_string(dtype));
-  }
-};
-template <>
-struct StringMaker<tensorfetch::ByteRange> {
-  static std::string convert(const tensorfetch::ByteRange& r) {
-    return "{offset " + std::to_string(r.offset) + ", length " + std::to_string(r.length) + "}";
   }
 };
 }  // namespace Catch
