@@ -351,6 +351,27 @@ void check_published(const fs::path& repo_dir, const std::string& commit, const 
   CHECK(fs::canonical(link) == fs::canonical(blob));
 }
 
+// Fetch options with `connections`, `chunk` bytes per transfer and holes of `gap` bytes joined;
+// kKeep leaves the library's default.
+constexpr std::uint64_t kKeep = UINT64_MAX;
+tf_fetch_options fetch_options(std::uint64_t connections, std::uint64_t chunk, std::uint64_t gap) {
+  tf_fetch_options o;
+  tf_fetch_options_init(&o);
+  if (connections != kKeep) o.connections = static_cast<std::size_t>(connections);
+  if (chunk != kKeep) o.chunk_size = chunk;
+  if (gap != kKeep) o.coalesce_gap = gap;
+  return o;
+}
+
+// tf_plan_fetch; REQUIREs success.
+Plan make_plan(tf_checkpoint* c, const char* const* patterns, std::size_t n, const tf_fetch_options* options) {
+  tf_plan* raw = nullptr;
+  Error err;
+  CHECK_CODE(tf_plan_fetch(c, patterns, n, options, &raw, err.out()), TF_OK, err);
+  REQUIRE(raw != nullptr);
+  return Plan(raw, &tf_plan_free);
+}
+
 const char* const kAll[] = {"*"};
 const char* const kLayer0[] = {"model.layers.0.*"};
 const char* const kLmHead[] = {"lm_head.weight"};
@@ -377,11 +398,7 @@ TEST_CASE("C API remote: the reference sharded checkpoint over HTTP: nothing fet
   CHECK(data == nullptr);
 
   ProgressLog log;
-  tf_fetch_options fetch;
-  tf_fetch_options_init(&fetch);
-  fetch.connections = 4;
-  fetch.chunk_size = 16384;
-  fetch.coalesce_gap = 1;
+  tf_fetch_options fetch = fetch_options(4, 16384, 1);
   fetch.progress = log_progress;
   fetch.user = &log;
   tf_fetch_stats stats;
@@ -442,11 +459,7 @@ TEST_CASE("C API remote: a generated checkpoint: only the tensor asked for trave
   Error err;
   {
     ProgressLog log;
-    tf_fetch_options fetch;
-    tf_fetch_options_init(&fetch);
-    fetch.connections = 4;
-    fetch.chunk_size = 65536;
-    fetch.coalesce_gap = 1;
+    tf_fetch_options fetch = fetch_options(4, 65536, 1);
     fetch.progress = log_progress;
     fetch.user = &log;
     tf_fetch_stats stats;
@@ -465,9 +478,7 @@ TEST_CASE("C API remote: a generated checkpoint: only the tensor asked for trave
     CHECK(tf_tensor_data(c, "model.embed_tokens.weight", &data, &len) == TF_ERR_NOT_FETCHED);
     CHECK(tf_tensor_data(c, "model.layers.1.mlp.down_proj.weight", &data, &len) == TF_ERR_NOT_FETCHED);
   }
-  tf_fetch_options fetch;
-  tf_fetch_options_init(&fetch);
-  fetch.coalesce_gap = 1;
+  tf_fetch_options fetch = fetch_options(kKeep, kKeep, 1);
   fetch.progress = log_progress;
   {
     // Cancelled from another thread while data flows (16 KiB chunks over 2 connections with
@@ -556,14 +567,8 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
   CHECK(len == one_range.length);
 
   SECTION("64 KiB transfers, no coalescing across holes: the selection minus the cache, made by the download manager") {
-    tf_fetch_options fetch;
-    tf_fetch_options_init(&fetch);
-    fetch.chunk_size = 65536;
-    fetch.coalesce_gap = 1;
-    tf_plan* raw = nullptr;
-    CHECK_CODE(tf_plan_fetch(c, glob, 1, &fetch, &raw, err.out()), TF_OK, err);
-    REQUIRE(raw != nullptr);
-    Plan plan(raw, &tf_plan_free);
+    tf_fetch_options fetch = fetch_options(kKeep, 65536, 1);
+    Plan plan = make_plan(c, glob, 1, &fetch);
     const auto expected = expected_plan(wanted, src, one_file, one_range, 1);
     CHECK(expected[one_file].size() == 2);  // the cached tensor is a hole
     const auto got = plan_ranges(plan.get(), src, 65536);
@@ -602,13 +607,8 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
     // With the default chunk size (8 MiB) each coalesced range is one transfer.
     for (const std::uint64_t gap : {one_range.length - 1, one_range.length}) {
       INFO("coalesce_gap " << gap << ", hole " << one_range.length);
-      tf_fetch_options fetch;
-      tf_fetch_options_init(&fetch);
-      fetch.coalesce_gap = gap;
-      tf_plan* raw = nullptr;
-      CHECK_CODE(tf_plan_fetch(c, glob, 1, &fetch, &raw, err.out()), TF_OK, err);
-      REQUIRE(raw != nullptr);
-      Plan plan(raw, &tf_plan_free);
+      tf_fetch_options fetch = fetch_options(kKeep, kKeep, gap);
+      Plan plan = make_plan(c, glob, 1, &fetch);
       const auto expected = expected_plan(wanted, src, one_file, one_range, gap);
       const bool joined = gap == one_range.length;
       CHECK(expected[one_file].size() == (joined ? 1u : 2u));
@@ -619,30 +619,18 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
     }
   }
   SECTION("an odd chunk size (10007): still the fewest transfers, none longer") {
-    tf_fetch_options fetch;
-    tf_fetch_options_init(&fetch);
-    fetch.chunk_size = 10007;
-    fetch.coalesce_gap = 1;
-    tf_plan* raw = nullptr;
-    CHECK_CODE(tf_plan_fetch(c, glob, 1, &fetch, &raw, err.out()), TF_OK, err);
-    REQUIRE(raw != nullptr);
-    Plan plan(raw, &tf_plan_free);
+    tf_fetch_options fetch = fetch_options(kKeep, 10007, 1);
+    Plan plan = make_plan(c, glob, 1, &fetch);
     const auto expected = expected_plan(wanted, src, one_file, one_range, 0);
     CHECK(plan_ranges(plan.get(), src, 10007) == expected);
     CHECK(tf_plan_count(plan.get()) == pieces_of(expected, 10007));
   }
   SECTION("planned for a sink, the cache is not subtracted: the download manager assembles every selected tensor") {
     int sink_calls = 0;
-    tf_fetch_options fetch;
-    tf_fetch_options_init(&fetch);
-    fetch.chunk_size = 65536;
-    fetch.coalesce_gap = 1;
+    tf_fetch_options fetch = fetch_options(kKeep, 65536, 1);
     fetch.sink = count_calls;  // only its presence matters: a plan never calls it
     fetch.user = &sink_calls;
-    tf_plan* raw = nullptr;
-    CHECK_CODE(tf_plan_fetch(c, glob, 1, &fetch, &raw, err.out()), TF_OK, err);
-    REQUIRE(raw != nullptr);
-    Plan plan(raw, &tf_plan_free);
+    Plan plan = make_plan(c, glob, 1, &fetch);
     std::vector<Ranges> expected;
     for (const auto& w : wanted) expected.push_back(coalesced(w, 1));
     CHECK(plan_ranges(plan.get(), src, 65536) == expected);
@@ -684,11 +672,7 @@ TEST_CASE("C API remote: fetching into a sink: exactly the selected bytes reach 
   // One of the tensors is in the cache already: the sink gets its bytes all the same.
   CHECK_CODE(tf_fetch(c, up, 1, nullptr, nullptr, err.out()), TF_OK, err);
   SinkLog log(src);
-  tf_fetch_options fetch;
-  tf_fetch_options_init(&fetch);
-  fetch.connections = 4;
-  fetch.chunk_size = 65536;
-  fetch.coalesce_gap = 1;
+  tf_fetch_options fetch = fetch_options(4, 65536, 1);
   fetch.sink = collect;
   fetch.user = &log;
   const void* data = nullptr;
@@ -708,10 +692,7 @@ TEST_CASE("C API remote: fetching into a sink: exactly the selected bytes reach 
   }
   SECTION("one connection: one contiguous run per planned range, in file and offset order; the plan is what travelled") {
     fetch.connections = 1;
-    tf_plan* raw = nullptr;
-    CHECK_CODE(tf_plan_fetch(c, patterns, 3, &fetch, &raw, err.out()), TF_OK, err);
-    REQUIRE(raw != nullptr);
-    Plan plan(raw, &tf_plan_free);
+    Plan plan = make_plan(c, patterns, 3, &fetch);
     CHECK(log.calls == 0);
     std::vector<Ranges> expected;
     for (const auto& w : wanted) expected.push_back(coalesced(w, 1));
@@ -758,10 +739,7 @@ TEST_CASE("C API remote: one connection and per-file progress: the files' figure
   tf_checkpoint* c = ckpt.get();
   const Source src = load_sources(c, repos().gen);
   Error err;
-  tf_fetch_options fetch;
-  tf_fetch_options_init(&fetch);
-  fetch.connections = 1;
-  fetch.chunk_size = 65536;
+  tf_fetch_options fetch = fetch_options(1, 65536, kKeep);
   fetch.progress = log_files;
 
   // A tensor of one file: one element, for that file.
