@@ -82,6 +82,12 @@ struct Fixture {
   }
   ~Fixture() { server->stop(); }
   [[nodiscard]] std::string cache(const std::string& name) const { return (tmp / name).string(); }
+  // Opens `location` (remote_options) with a cache of this test named `cache_name`.
+  [[nodiscard]] Checkpoint open(const std::string& location, const std::string& cache_name) const {
+    const std::string dir = cache(cache_name);
+    const tf_open_options o = remote_options(endpoint, dir, hf_none);
+    return open_ok(location, &o);
+  }
 };
 
 // The sum of the sets' bytes.
@@ -382,9 +388,7 @@ TEST_CASE("C API remote: the reference sharded checkpoint over HTTP: nothing fet
           "then cached, then everything matches MANIFEST.json",
           "[capi][remote]") {
   Fixture fx;
-  const std::string cache = fx.cache("cache-ref");
-  tf_open_options options = remote_options(fx.endpoint, cache, fx.hf_none);
-  Checkpoint ckpt = open_ok("hf://ref/tiny-sharded", &options);
+  Checkpoint ckpt = fx.open("hf://ref/tiny-sharded", "cache-ref");
   tf_checkpoint* c = ckpt.get();
   CHECK(tf_is_remote(c) == 1);
   CHECK(tf_file_count(c) == 3);
@@ -441,9 +445,7 @@ TEST_CASE("C API remote: a generated checkpoint: only the tensor asked for trave
           "from the callback; fetch_all keeps what was committed; save_files equals the served files",
           "[capi][remote][cancel]") {
   Fixture fx;
-  const std::string cache = fx.cache("cache-gen");
-  tf_open_options options = remote_options(fx.endpoint, cache, fx.hf_none);
-  Checkpoint ckpt = open_ok("gen/model", &options);
+  Checkpoint ckpt = fx.open("gen/model", "cache-gen");
   tf_checkpoint* c = ckpt.get();
   REQUIRE(tf_file_count(c) == 2);
   std::uint64_t size_sum = 0;
@@ -540,9 +542,7 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
           "the plan leaves out what the cache holds, coalesces and splits as the options say",
           "[capi][remote][plan]") {
   Fixture fx;
-  const std::string cache = fx.cache("cache-plan");
-  tf_open_options options = remote_options(fx.endpoint, cache, fx.hf_none);
-  Checkpoint ckpt = open_ok("gen/model", &options);
+  Checkpoint ckpt = fx.open("gen/model", "cache-plan");
   tf_checkpoint* c = ckpt.get();
   const Source src = load_sources(c, repos().gen);
   REQUIRE(src.files() == 2);
@@ -659,9 +659,7 @@ TEST_CASE("C API remote: fetching into a sink: exactly the selected bytes reach 
           "alone; one connection delivers in plan order; non-zero cancels; an older options struct has no sink",
           "[capi][remote][sink]") {
   Fixture fx;
-  const std::string cache = fx.cache("cache-sink");
-  tf_open_options options = remote_options(fx.endpoint, cache, fx.hf_none);
-  Checkpoint ckpt = open_ok("gen/model", &options);
+  Checkpoint ckpt = fx.open("gen/model", "cache-sink");
   tf_checkpoint* c = ckpt.get();
   const Source src = load_sources(c, repos().gen);
   const char* const patterns[] = {"model.layers.0.mlp.*", "lm_head.weight", "model.layers.1.input_layernorm.weight"};
@@ -733,9 +731,7 @@ TEST_CASE("C API remote: one connection and per-file progress: the files' figure
           "file at a time is in transfer",
           "[capi][remote][progress]") {
   Fixture fx;
-  const std::string cache = fx.cache("cache-progress");
-  tf_open_options options = remote_options(fx.endpoint, cache, fx.hf_none);
-  Checkpoint ckpt = open_ok("gen/model", &options);
+  Checkpoint ckpt = fx.open("gen/model", "cache-progress");
   tf_checkpoint* c = ckpt.get();
   const Source src = load_sources(c, repos().gen);
   Error err;
