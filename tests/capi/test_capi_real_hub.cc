@@ -5,7 +5,6 @@
 // pinned with If-Match. Asserted through results and the server's request log.
 #include <catch2/catch.hpp>
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +12,6 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "hub_server.hpp"
+#include "support/files.hpp"
 #include "tensorfetch/tensorfetch.h"
 #include "tensorfetch/tensorfetch.hpp"
 
@@ -35,21 +34,10 @@ constexpr const char* kToken = "hf_capi_real_hub";
 constexpr const char* kNoAccess = "hf_capi_no_access";
 
 std::optional<fs::path> reference_dir() {
-  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
-  if (dir == nullptr || !fs::is_directory(dir)) {
-    WARN("reference checkpoints not found (TENSORFETCH_REFERENCE_DIR): skipped");
-    return std::nullopt;
-  }
-  return fs::path(dir);
+  auto dir = tftest::reference_dir();
+  if (!dir) WARN("reference checkpoints not found (TENSORFETCH_REFERENCE_DIR): skipped");
+  return dir;
 }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string log_text(const std::vector<RequestRecord>& log) {
   std::string s;
   for (const auto& r : log) s += r.to_json() + "\n";
@@ -57,16 +45,14 @@ std::string log_text(const std::vector<RequestRecord>& log) {
 }
 
 struct Fixture {
-  fs::path tmp;
+  tftest::TempDir tmpdir{"tf-capi-realhub"};
+  fs::path tmp = tmpdir.path();
   fs::path reference;
   std::unique_ptr<HubServer> server;
 
   explicit Fixture(fs::path ref) : reference(std::move(ref)) {
-    char tmpl[] = "/tmp/tf-capi-realhub-XXXXXX";
-    tmp = ::mkdtemp(tmpl);
     auto copy = [&](const fs::path& from, const std::string& repo) {
-      fs::create_directories(tmp / "root" / repo);
-      for (const auto& e : fs::directory_iterator(from)) fs::copy_file(e.path(), tmp / "root" / repo / e.path().filename());
+      tftest::copy_files(from, tmp / "root" / repo);
     };
     copy(reference / "llama-tiny-sharded", "org/llama");
     copy(reference / "llama-tiny-single", "openai-community/gpt2");
@@ -83,8 +69,6 @@ struct Fixture {
   }
   ~Fixture() {
     server->stop();
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
   }
 
   // Opens through the C API; returns the code and message.
@@ -189,7 +173,7 @@ TEST_CASE("capi real hub: tf_fetch through transient CDN 416 faults gets the exa
   }
   CHECK(faults == 2);
   // Every tensor's bytes are the reference file's.
-  const std::string shard = slurp(f.reference / "llama-tiny-sharded" / "model-00001-of-00003.safetensors");
+  const std::string shard = tftest::read_file(f.reference / "llama-tiny-sharded" / "model-00001-of-00003.safetensors");
   std::uint64_t n = 0;
   for (std::size_t i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
   std::size_t checked = 0;

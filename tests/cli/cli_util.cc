@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cli_util.hpp"
 
+#include "support/process.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,9 +21,7 @@ extern char** environ;
 namespace clitest {
 
 std::string tensorfetch_bin() {
-  const char* bin = std::getenv("TENSORFETCH_BIN");
-  if (bin == nullptr || *bin == '\0') FAIL("TENSORFETCH_BIN is not set (run the tests through meson test)");
-  return bin;
+  return tftest::required_env("TENSORFETCH_BIN");
 }
 
 std::string describe(const std::vector<std::string>& args) {
@@ -98,66 +96,9 @@ RunResult run(const std::vector<std::string>& args, const std::optional<fs::path
 }
 
 std::optional<fs::path> reference_dir() {
-  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
-  if (dir == nullptr || *dir == '\0' || !fs::is_directory(dir) ||
-      !fs::is_regular_file(fs::path(dir) / "MANIFEST.json")) {
-    WARN("TENSORFETCH_REFERENCE_DIR is unset or holds no MANIFEST.json; skipping");
-    return std::nullopt;
-  }
-  return fs::path(dir);
-}
-
-TempDir::TempDir() {
-  fs::path base = fs::temp_directory_path();
-  std::string templ = (base / "tensorfetch-cli-XXXXXX").string();
-  char* made = ::mkdtemp(templ.data());
-  if (made == nullptr) FAIL("mkdtemp " << templ << ": " << std::strerror(errno));
-  path_ = made;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) FAIL("cannot read " << path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_file(const fs::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) FAIL("cannot write " << path);
-}
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr) != 1) {
-    FAIL("EVP_Digest failed");
-  }
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) {
-    s += hex[md[i] >> 4];
-    s += hex[md[i] & 15];
-  }
-  return s;
-}
-
-std::string le64(std::uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return s;
-}
-
-std::string make_safetensors(std::string_view header, std::string_view data) {
-  std::string s = le64(header.size());
-  s += header;
-  s += data;
-  return s;
+  auto dir = tftest::reference_dir();
+  if (!dir) WARN("TENSORFETCH_REFERENCE_DIR is unset or holds no MANIFEST.json; skipping");
+  return dir;
 }
 
 unsigned dtype_bits(std::string_view d) {
@@ -254,16 +195,6 @@ std::vector<std::string> list_dir(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::vector<std::string> temp_leftovers(const fs::path& dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->path().filename().string().find(".tmp-") != std::string::npos) out.push_back(it->path().string());
-  }
   return out;
 }
 

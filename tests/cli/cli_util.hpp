@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Helpers for the end-to-end CLI tests: run the `tensorfetch` binary (posix_spawn, no
-// shell), temporary directories, file I/O, sha256, and an independent minimal safetensors
-// reader used to check what `get` wrote.
+// shell, output captured), and an independent minimal safetensors reader used to check what
+// `get` wrote. Temporary directories, file I/O, sha256 and le64 come from tests/support.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -17,6 +17,10 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "support/bytes.hpp"
+#include "support/env.hpp"
+#include "support/files.hpp"
 
 namespace clitest {
 
@@ -43,33 +47,14 @@ std::string describe(const std::vector<std::string>& args);
 /// The reference checkpoints directory, or nullopt (with a WARN) when it is missing.
 std::optional<fs::path> reference_dir();
 
-/// A fresh directory from mkdtemp, removed (recursively) on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
-/// Whole file contents as bytes.
-std::string read_file(const fs::path& path);
-/// Creates/overwrites a file with these bytes.
-void write_file(const fs::path& path, std::string_view bytes);
-
-/// Lower-case hex sha256 of the bytes.
-std::string sha256_hex(std::string_view bytes);
-
-/// The 8-byte little-endian prefix of a safetensors file.
-std::string le64(std::uint64_t n);
-
-/// A safetensors file from a header text (taken verbatim) and data bytes.
-std::string make_safetensors(std::string_view header, std::string_view data);
+// Shared with every suite (tests/support).
+using tftest::le64;
+using tftest::make_safetensors;
+using tftest::read_file;
+using tftest::sha256_hex;
+using tftest::temp_files;
+using tftest::TempDir;
+using tftest::write_file;
 
 /// One tensor of a parsed safetensors file.
 struct StTensor {
@@ -100,41 +85,5 @@ std::uint64_t elements(const std::vector<std::uint64_t>& shape);
 
 /// Names of the regular files directly in `dir`, sorted.
 std::vector<std::string> list_dir(const fs::path& dir);
-
-/// Files in `dir` (recursively) whose name contains ".tmp-".
-std::vector<std::string> temp_leftovers(const fs::path& dir);
-
-/// Sets environment variables for the life of the object (the binary inherits the test's
-/// environment) and restores them afterwards.
-class EnvGuard {
- public:
-  /// Nothing set yet.
-  EnvGuard() = default;
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-  ~EnvGuard() {
-    for (const auto& [name, value] : saved_) {
-      if (value) {
-        ::setenv(name.c_str(), value->c_str(), 1);
-      } else {
-        ::unsetenv(name.c_str());
-      }
-    }
-  }
-  void set(const std::string& name, const std::optional<std::string>& value) {
-    if (!saved_.count(name)) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-    }
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 }  // namespace clitest

@@ -24,7 +24,7 @@ constexpr const char* kRepo = "org/llama";
 struct Served {
   fs::path reference;
   TempDir root, cache, hf_home, work;
-  EnvGuard env;
+  tftest::ScopedEnv env;
   std::unique_ptr<HubServer> server;
 
   explicit Served(fs::path ref) : reference(std::move(ref)) {

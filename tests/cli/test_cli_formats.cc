@@ -74,7 +74,7 @@ TEST_CASE("cli formats: inspect, get and download of a local file of another for
       CHECK_THAT(res.err, Catch::StartsWith(expected));
     }
     CHECK_FALSE(fs::exists(work / "out.safetensors"));
-    CHECK(temp_leftovers(work.path()).empty());
+    CHECK(temp_files(work.path()).empty());
   }
 }
 
@@ -110,7 +110,7 @@ TEST_CASE("cli formats: Hub files and plain URLs of another format exit 2 from t
           "[cli][formats][remote]") {
   const fs::path dir = testdata() / "other-formats";
   TempDir root, hf_home, cache, work;
-  EnvGuard env;
+  tftest::ScopedEnv env;
   for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "CURL_CA_BUNDLE", "XDG_CACHE_HOME"}) {
     env.set(v, std::nullopt);
   }

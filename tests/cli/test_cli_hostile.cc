@@ -32,7 +32,7 @@ struct Hub {
   TempDir root;
   TempDir hf_home;  // $HF_HOME: the token file goes here when a test writes one
   TempDir cache;    // TENSORFETCH_CACHE
-  EnvGuard env;
+  tftest::ScopedEnv env;
   std::unique_ptr<HubServer> server;
 
   explicit Hub(tensorfetch::testing::Options options = {}) {

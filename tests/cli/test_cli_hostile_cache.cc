@@ -56,7 +56,7 @@ std::map<std::string, std::string> tree(const fs::path& dir) {
 struct TwoServers {
   fs::path reference;
   TempDir root_a, root_b, cache, hf_home, work;
-  EnvGuard env;
+  tftest::ScopedEnv env;
   std::unique_ptr<HubServer> a, b;
 
   explicit TwoServers(fs::path ref) : reference(std::move(ref)) {

@@ -143,7 +143,7 @@ void check_refused(const fs::path& file, const std::vector<std::string>& reason,
     CHECK(!fs::exists(out));
   }
   CHECK(list_dir(outdir.path()).empty());
-  CHECK(temp_leftovers(file.parent_path()).empty());
+  CHECK(temp_files(file.parent_path()).empty());
 }
 
 }  // namespace
@@ -353,7 +353,7 @@ TEST_CASE("bad indexes are refused with exit 2 naming the index and the shard", 
           CHECK(list_dir(out.path()).empty());
         }
       }
-      CHECK(temp_leftovers(tmp.path()).empty());
+      CHECK(temp_files(tmp.path()).empty());
     }
   }
 }

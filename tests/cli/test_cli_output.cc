@@ -118,7 +118,7 @@ TEST_CASE("an existing output file is replaced only when get succeeds", "[cli][o
       INFO("stderr: " << r.err);
       CHECK(r.exit_code == f.exit_code);
       CHECK((read_file(out) == original));
-      CHECK(temp_leftovers(tmp.path()).empty());
+      CHECK(temp_files(tmp.path()).empty());
       CHECK(list_dir(tmp.path()) ==
             std::vector<std::string>{"bad.safetensors", "out.safetensors", "src.safetensors"});
     }
@@ -132,7 +132,7 @@ TEST_CASE("an existing output file is replaced only when get succeeds", "[cli][o
     CHECK(f.tensors.count("wq") == 1);
     CHECK(f.tensors.at("wq").shape == std::vector<std::uint64_t>{2, 8});
     CHECK((f.tensors.at("wq").bytes == read_file(src).substr(fs::file_size(src) - 131 + 32, 64)));
-    CHECK(temp_leftovers(tmp.path()).empty());
+    CHECK(temp_files(tmp.path()).empty());
   }
 }
 

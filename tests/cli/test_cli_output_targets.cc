@@ -18,7 +18,7 @@
 #include <cstring>
 #include <thread>
 
-#include "../support/process.hpp"
+#include "support/process.hpp"
 #include "cli_util.hpp"
 
 using namespace clitest;
@@ -125,7 +125,7 @@ TEST_CASE("output: -o /dev/null (a character device) is written through and stay
   CHECK(S_ISCHR(after.st_mode));
   CHECK(after.st_rdev == before.st_rdev);
   CHECK(after.st_ino == before.st_ino);
-  CHECK(temp_leftovers(null_dev.parent_path()).empty());
+  CHECK(temp_files(null_dev.parent_path()).empty());
   // Also through a symbolic link to it.
   const fs::path link = src.dir / "null-link";
   fs::create_symlink(null_dev, link);
@@ -190,7 +190,7 @@ TEST_CASE("output: a FIFO with a reader receives the exact bytes and stays a FIF
   struct stat st {};
   REQUIRE(::lstat(fifo.c_str(), &st) == 0);
   CHECK(S_ISFIFO(st.st_mode));
-  CHECK(temp_leftovers(src.dir.path()).empty());
+  CHECK(temp_files(src.dir.path()).empty());
 }
 
 TEST_CASE("output: SIGTERM while a FIFO's reader has stopped reading ends get within 1 s (exit 143)",
@@ -268,7 +268,7 @@ TEST_CASE("output: a UNIX socket, a block device, a directory and a dangling lin
     CHECK(fs::is_symlink(link));
     CHECK_FALSE(fs::exists(src.dir / "missing"));
   }
-  CHECK(temp_leftovers(src.dir.path()).empty());
+  CHECK(temp_files(src.dir.path()).empty());
   CHECK_FALSE(fs::exists(src.dir / "regular-output.safetensors"));
 }
 
@@ -285,7 +285,7 @@ TEST_CASE("output: a sharded output (-o DIR/) cannot go to a stream: a FIFO amon
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("FIFO") && Catch::Contains("sharded"));
   CHECK(list_dir(out) == std::vector<std::string>{"model-00003-of-00003.safetensors"});  // the FIFO alone
-  CHECK(temp_leftovers(out).empty());
+  CHECK(temp_files(out).empty());
 }
 
 TEST_CASE("output: a symbolic link to a file: the file it points to is replaced, the link stays",
@@ -303,7 +303,7 @@ TEST_CASE("output: a symbolic link to a file: the file it points to is replaced,
   const auto st = read_safetensors(target);
   CHECK(st.tensors.size() == 1);
   CHECK(st.tensors.count("t.2") == 1);
-  CHECK(temp_leftovers(src.dir.path()).empty());
+  CHECK(temp_files(src.dir.path()).empty());
 }
 
 TEST_CASE("download: -o - is refused (a download is a directory of files)", "[cli][output]") {

@@ -18,7 +18,7 @@
 #include <set>
 #include <thread>
 
-#include "../support/process.hpp"
+#include "support/process.hpp"
 #include "cli_util.hpp"
 #include "hub_server.hpp"
 
@@ -51,7 +51,7 @@ std::size_t count(const std::vector<RequestRecord>& log, const std::function<boo
 struct RealHub {
   fs::path reference;
   TempDir root, cache, hf_home, work;
-  EnvGuard env;
+  tftest::ScopedEnv env;
   std::unique_ptr<HubServer> server;
 
   explicit RealHub(fs::path ref) : reference(std::move(ref)) {

@@ -310,7 +310,7 @@ TEST_CASE("get of the sharded reference into a directory writes shards named as 
     CHECK(doc.at("tensors").size() == e.tensors.size());
     CHECK(doc.at("files").size() == e.files.size());
     CHECK(doc.at("total_parameters") == 412480);
-    CHECK(temp_leftovers(tmp.path()).empty());
+    CHECK(temp_files(tmp.path()).empty());
 
     // And `get` from it reproduces the same bytes.
     const auto merged = tmp / "merged.safetensors";

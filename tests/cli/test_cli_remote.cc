@@ -37,7 +37,7 @@ struct Remote {
   TempDir root;
   TempDir hf_home;  // empty: no $HF_HOME/token, no $HF_HOME/hub cache
   TempDir cache;    // TENSORFETCH_CACHE
-  EnvGuard env;
+  tftest::ScopedEnv env;
   std::string file_bytes;
   std::unique_ptr<HubServer> server;
 
@@ -201,7 +201,7 @@ TEST_CASE("cli remote: 429 on every attempt exits 3 after 1 + --retries attempts
 
 TEST_CASE("cli remote: an unreachable host (a closed port) exits 3 and names the URL", "[cli][remote][errors]") {
   TempDir hf_home, cache;
-  EnvGuard env;
+  tftest::ScopedEnv env;
   env.set("HF_ENDPOINT", std::nullopt);
   env.set("HF_TOKEN", std::nullopt);
   env.set("HF_HOME", hf_home.path().string());
@@ -350,6 +350,6 @@ TEST_CASE("cli remote: download --hf-cache publishes into $HF_HOME/hub (or $HF_H
   // Nothing else in the snapshot or the blobs, no temporary file anywhere.
   CHECK(list_dir(repo / "snapshots" / commit) == std::vector<std::string>{"config.json", "model.safetensors"});
   CHECK(list_dir(repo / "blobs").size() == 2);
-  CHECK(temp_leftovers(hub).empty());
+  CHECK(temp_files(hub).empty());
   if (hub_cache) CHECK_FALSE(fs::exists(r.hf_home / "hub"));
 }

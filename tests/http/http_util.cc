@@ -3,98 +3,33 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <openssl/evp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
-#include <fstream>
-#include <random>
-#include <sstream>
 #include <stdexcept>
 
 namespace hubtest {
 
-TempDir::TempDir() {
-  std::random_device rd;
-  for (int i = 0; i < 100; ++i) {
-    auto p = fs::temp_directory_path() / ("tf-http-" + std::to_string(rd()));
-    if (fs::create_directory(p)) {
-      path = p;
-      return;
-    }
-  }
-  throw std::runtime_error("cannot create a temporary directory");
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path, ec);
-}
-
 fs::path reference_dir() {
-  if (const char* env = std::getenv("TENSORFETCH_REFERENCE_DIR"); env && *env) return env;
-  return fs::path(__FILE__).parent_path() / ".." / ".." / ".." / "shared" / "reference-checkpoints";
+  auto dir = tftest::reference_dir();
+  if (!dir) FAIL("TENSORFETCH_REFERENCE_DIR is unset or holds no MANIFEST.json (run the tests through meson test)");
+  return *dir;
 }
 
-namespace {
-
-void write_file(const fs::path& p, const std::string& data) {
-  fs::create_directories(p.parent_path());
-  std::ofstream out(p, std::ios::binary);
-  out << data;
-  if (!out) throw std::runtime_error("cannot write " + p.string());
-}
-
-std::string pattern_bytes(std::size_t n, unsigned seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x & 0xff);
-  }
-  return s;
-}
-
-}  // namespace
+using tftest::pattern_bytes;
+using tftest::write_file;
 
 Root::Root() {
-  fs::path sharded = path() / kSharded;
-  fs::create_directories(sharded);
-  for (const auto& e : fs::directory_iterator(reference_dir() / "llama-tiny-sharded")) {
-    fs::copy_file(e.path(), sharded / e.path().filename());
-  }
+  tftest::copy_files(reference_dir() / "llama-tiny-sharded", path() / kSharded);
   write_file(path() / kSmall / "model.safetensors", pattern_bytes(kSmallModelSize, 1));
   write_file(path() / kSmall / "config.json", "{\"model_type\": \"llama\"}\n");
   write_file(path() / kSmall / "sub" / "dir" / "notes.txt", "hello\n");
   write_file(path() / kSmall / ".refs", std::string("refs/pr/1 ") + kPr1Commit + "\n");
   write_file(path() / kDataset / "data" / "train.safetensors", pattern_bytes(4096, 2));
   write_file(path() / kDataset / "README.md", "# ds\n");
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + p.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string sha256_hex(const std::string& data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) {
-    s.push_back(d[out[i] >> 4]);
-    s.push_back(d[out[i] & 15]);
-  }
-  return s;
 }
 
 Fixture::Fixture(Options opt) {

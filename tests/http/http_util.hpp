@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "hub_server.hpp"
+#include "support/bytes.hpp"
+#include "support/files.hpp"
 
 namespace hubtest {
 
@@ -20,14 +22,10 @@ using tensorfetch::testing::HubServer;
 using tensorfetch::testing::Options;
 using tensorfetch::testing::RequestRecord;
 
-// A directory removed at destruction.
-struct TempDir {
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path path;
-};
+// Shared with every suite (tests/support).
+using tftest::read_file;
+using tftest::sha256_hex;
+using tftest::TempDir;
 
 // Repos of the test root:
 //   org/llama-tiny-sharded   the reference checkpoint (3 shards + index + configs)
@@ -42,15 +40,14 @@ inline constexpr std::uint64_t kSmallModelSize = 100000;
 
 struct Root {
   Root();
-  TempDir dir;
-  fs::path path() const { return dir.path / "root"; }
+  TempDir dir{"tf-http"};
+  fs::path path() const { return dir / "root"; }
   fs::path file(const std::string& repo, const std::string& rel) const {
     return path() / repo / rel;
   }
 };
 
-std::string read_file(const fs::path& p);
-std::string sha256_hex(const std::string& data);
+// The reference checkpoints; fails the test when TENSORFETCH_REFERENCE_DIR holds none.
 fs::path reference_dir();
 
 // A server on a fresh root (latency etc. through the options).

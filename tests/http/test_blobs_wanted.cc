@@ -6,7 +6,6 @@
 // asks for no shard header again.
 #include <catch2/catch.hpp>
 
-#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "hub_server.hpp"
+#include "support/bytes.hpp"
+#include "support/files.hpp"
 #include "tensorfetch/tensorfetch.hpp"
 
 namespace fs = std::filesystem;
@@ -27,14 +28,13 @@ using tensorfetch::testing::HubServer;
 
 namespace {
 
+using tftest::le64;
+using tftest::sha256_hex;
+using tftest::TempDir;
+using tftest::write_file;
+
 constexpr int kShards = 300;
 constexpr std::uint64_t kElems = 64;  // F32 [64]: 256 bytes per tensor
-
-std::string le64(std::uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return s;
-}
 
 std::string shard_name(int i) {
   char buf[64];
@@ -55,37 +55,6 @@ std::string shard_bytes(int i) {
   return le64(text.size()) + text + data;
 }
 
-std::string sha256_hex(std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (unsigned k = 0; k < len; ++k) {
-    s.push_back(d[out[k] >> 4]);
-    s.push_back(d[out[k] & 15]);
-  }
-  return s;
-}
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/tf-wanted-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << bytes;
-}
-
 std::vector<std::string> blob_dirs(const fs::path& cache) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -99,7 +68,7 @@ TEST_CASE("fetch: 2 tensors of a 300-shard repo create exactly the 2 blobs of th
           "lists every tensor and serves them with no request",
           "[fetch][blobs][shards]") {
   TempDir tmp;
-  const fs::path root = tmp.path / "root";
+  const fs::path root = tmp.path() / "root";
   nlohmann::json index = {{"metadata", {{"total_size", kShards * kElems * 8}}}, {"weight_map", nlohmann::json::object()}};
   for (int i = 0; i < kShards; ++i) {
     write_file(root / "org" / "many" / shard_name(i), shard_bytes(i));
@@ -116,8 +85,8 @@ TEST_CASE("fetch: 2 tensors of a 300-shard repo create exactly the 2 blobs of th
   OpenOptions o;
   o.endpoint = server.endpoint();
   o.token = std::string();
-  o.cache_dir = (tmp.path / "cache").string();
-  o.hf_hub_cache = (tmp.path / "hf-hub").string();
+  o.cache_dir = (tmp.path() / "cache").string();
+  o.hf_hub_cache = (tmp.path() / "hf-hub").string();
   o.offline = false;
   o.header_window = 4096;
   const std::string commit = server.commit("org/many");
@@ -135,7 +104,7 @@ TEST_CASE("fetch: 2 tensors of a 300-shard repo create exactly the 2 blobs of th
     REQUIRE(st);
   }
   std::set<std::string> ids;
-  for (const auto& id : blob_dirs(tmp.path / "cache")) ids.insert(id.substr(0, 64));
+  for (const auto& id : blob_dirs(tmp.path() / "cache")) ids.insert(id.substr(0, 64));
   CHECK(ids == std::set<std::string>{sha256_hex(shard_bytes(7)), sha256_hex(shard_bytes(123))});
 
   // Offline: not one request, every tensor listed, the fetched ones served exactly.
@@ -167,7 +136,7 @@ TEST_CASE("fetch: 2 tensors of a 300-shard repo create exactly the 2 blobs of th
   auto refused = c->fetch(*sel);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code == ErrorCode::NotFetched);
-  CHECK(blob_dirs(tmp.path / "cache").size() == 2);  // offline creates nothing
+  CHECK(blob_dirs(tmp.path() / "cache").size() == 2);  // offline creates nothing
   CHECK(server.log().empty());
 
   // Online at the same commit: the index only; no shard header is asked for again.

@@ -7,25 +7,18 @@
 // full disk (a small tmpfs; skipped when it cannot be mounted).
 #include <catch2/catch.hpp>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/mount.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,14 +26,22 @@
 #include <nlohmann/json.hpp>
 
 #include "hub_server.hpp"
+#include "support/bytes.hpp"
+#include "support/env.hpp"
+#include "support/files.hpp"
+#include "support/process.hpp"
+#include "support/ranges.hpp"
 #include "tensorfetch/tensorfetch.hpp"
-
-extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace tensorfetch;
 using tensorfetch::testing::HubServer;
 using tensorfetch::testing::RequestRecord;
+using tftest::le64;
+using tftest::pattern_bytes;
+using tftest::read_file;
+using tftest::sha256_hex;
+using tftest::write_file;
 
 namespace {
 
@@ -53,24 +54,6 @@ constexpr std::uint64_t kWindow = 256 << 10;  // OpenOptions::header_window (def
 constexpr std::uint64_t kChunk = 64 << 10;
 constexpr int kLayers = 24;
 constexpr std::uint64_t kRows = 64, kCols = 512;  // layers.N.weight: F32 [64, 512] = 128 KiB
-
-std::string pattern_bytes(std::size_t n, std::uint32_t seed) {
-  std::string s(n, '\0');
-  std::uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& c : s) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    c = static_cast<char>(x >> 11);
-  }
-  return s;
-}
-
-std::string le64(std::uint64_t n) {
-  std::string s(8, '\0');
-  for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return s;
-}
 
 // org/big/model.safetensors: for every layer N (0..23), layers.N.bias F32 [512] then
 // layers.N.weight F32 [64, 512], contiguous: 24 x 130 KiB, about 3.05 MiB; random-looking bytes.
@@ -94,146 +77,21 @@ const std::string& big_model() {
   return file;
 }
 
-std::string sha256_hex(std::string_view data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr);
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) {
-    s.push_back(d[out[i] >> 4]);
-    s.push_back(d[out[i] & 15]);
-  }
-  return s;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_file(const fs::path& p, std::string_view data) {
-  fs::create_directories(p.parent_path());
-  std::ofstream out(p, std::ios::binary);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
-
-fs::path reference() {
-  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
-  return dir ? fs::path(dir) : fs::path();
-}
-
-// A directory removed at destruction.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/tf-fetch-XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    REQUIRE(p != nullptr);
-    path = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // Cache blobs of complete files are read-only: make them writable first.
-    for (auto it = fs::recursive_directory_iterator(path, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      fs::permissions(it->path(), fs::perms::owner_write, fs::perm_options::add, ec);
-    }
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+// The reference checkpoints, or an empty path (the tests that need them skip).
+fs::path reference() { return tftest::reference_dir().value_or(fs::path()); }
 
 // ------------------------------------------------------------------ ranges
 
-using Ranges = std::vector<ByteRange>;
-
-Ranges normalized(Ranges r) {
-  std::erase_if(r, [](const ByteRange& x) { return x.length == 0; });
-  std::sort(r.begin(), r.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-  Ranges out;
-  for (const auto& x : r) {
-    if (!out.empty() && x.offset <= out.back().end()) {
-      out.back().length = std::max(out.back().end(), x.end()) - out.back().offset;
-    } else {
-      out.push_back(x);
-    }
-  }
-  return out;
-}
-
-Ranges minus(const Ranges& wanted, const Ranges& have) {
-  Ranges out;
-  for (const auto& w : normalized(wanted)) {
-    std::uint64_t pos = w.offset;
-    for (const auto& h : normalized(have)) {
-      if (h.end() <= pos || h.offset >= w.end()) continue;
-      if (h.offset > pos) out.push_back({pos, h.offset - pos});
-      pos = std::max(pos, h.end());
-    }
-    if (pos < w.end()) out.push_back({pos, w.end() - pos});
-  }
-  return out;
-}
-
-std::uint64_t total(const Ranges& r) {
-  std::uint64_t n = 0;
-  for (const auto& x : r) n += x.length;
-  return n;
-}
-
-bool intersects(const ByteRange& a, const ByteRange& b) { return a.offset < b.end() && b.offset < a.end(); }
-
-bool covered(const Ranges& set, const ByteRange& r) { return minus({r}, set).empty(); }
-
-// The documented plan (planner.h): wanted minus cached, holes of at most `gap` joined, pieces
-// of at most `chunk` bytes, as equal as possible.
-Ranges plan(const Ranges& wanted, const Ranges& cached, std::uint64_t gap, std::uint64_t chunk) {
-  Ranges joined;
-  for (const auto& r : minus(wanted, cached)) {
-    if (!joined.empty() && r.offset - joined.back().end() <= gap) {
-      joined.back().length = r.end() - joined.back().offset;
-    } else {
-      joined.push_back(r);
-    }
-  }
-  Ranges out;
-  for (const auto& r : joined) {
-    const std::uint64_t pieces = (r.length + chunk - 1) / chunk;
-    const std::uint64_t base = r.length / pieces, extra = r.length % pieces;
-    std::uint64_t pos = r.offset;
-    for (std::uint64_t i = 0; i < pieces; ++i) {
-      const std::uint64_t len = base + (i < extra ? 1 : 0);
-      out.push_back({pos, len});
-      pos += len;
-    }
-  }
-  return out;
-}
-
-std::string range_header(const ByteRange& r) {
-  return "bytes=" + std::to_string(r.offset) + "-" + std::to_string(r.end() - 1);
-}
-
-// "bytes=a-b" → {a, b - a + 1}.
-std::optional<ByteRange> parse_range(const std::string& h) {
-  if (!h.starts_with("bytes=")) return std::nullopt;
-  auto dash = h.find('-');
-  if (dash == std::string::npos) return std::nullopt;
-  const std::uint64_t a = std::stoull(h.substr(6, dash - 6));
-  const std::uint64_t b = std::stoull(h.substr(dash + 1));
-  return ByteRange{a, b - a + 1};
-}
-
-std::string describe(const Ranges& rs) {
-  std::string s;
-  for (const auto& r : rs) s += "[" + std::to_string(r.offset) + "," + std::to_string(r.end()) + ") ";
-  return s;
-}
+using tftest::covered;
+using tftest::describe;
+using tftest::intersects;
+using tftest::minus;
+using tftest::normalized;
+using tftest::parse_range;
+using tftest::plan;
+using tftest::range_header;
+using tftest::Ranges;
+using tftest::total;
 
 // ------------------------------------------------------------------ cache inspection
 
@@ -245,7 +103,7 @@ struct Meta {
 
 Meta read_meta(const fs::path& cache, const std::string& id) {
   Meta m;
-  const std::string text = read_file(cache / "blobs" / id / "meta.json");
+  const std::string text = tftest::try_read_file(cache / "blobs" / id / "meta.json").value_or("");
   if (text.empty()) return m;
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return m;
@@ -330,85 +188,31 @@ void check_request_rules(const std::vector<RequestRecord>& log, const std::strin
   }
 }
 
-// ------------------------------------------------------------------ processes
-
-std::string tensorfetch_bin() {
-  const char* bin = std::getenv("TENSORFETCH_BIN");
-  if (bin == nullptr || *bin == '\0') FAIL("TENSORFETCH_BIN is not set (run the tests through meson test)");
-  return bin;
+// A re-run asks only for what is missing: no tensor request of `log` touches a byte of
+// `committed` (what the cache held before it).
+void check_nothing_asked_twice(const std::vector<RequestRecord>& log, const Ranges& committed) {
+  for (const auto& r : data_requests(log)) {
+    INFO(r.to_json());
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    CHECK_FALSE(intersects(committed, *rr));
+  }
 }
+
+// ------------------------------------------------------------------ processes
 
 // The environment of a child CLI: ours, without Hub settings, with a cache and HF home of the
 // test's own.
 std::vector<std::string> child_env(const fs::path& cache, const fs::path& hf_home) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string_view v(*e);
-    if (v.starts_with("HF_") || v.starts_with("TENSORFETCH_CACHE=") || v.starts_with("XDG_CACHE_HOME=") ||
-        v.starts_with("HUGGINGFACE_")) {
-      continue;
-    }
-    env.emplace_back(v);
-  }
-  env.push_back("TENSORFETCH_CACHE=" + cache.string());
-  env.push_back("HF_HOME=" + hf_home.string());
-  env.push_back("HF_HUB_CACHE=" + (hf_home / "hub").string());
-  env.push_back(std::string("HF_TOKEN=") + kToken);
-  return env;
+  return tftest::environment_with({"HF_", "TENSORFETCH_CACHE=", "XDG_CACHE_HOME=", "HUGGINGFACE_"},
+                                  {"TENSORFETCH_CACHE=" + cache.string(), "HF_HOME=" + hf_home.string(),
+                                   "HF_HUB_CACHE=" + (hf_home / "hub").string(), std::string("HF_TOKEN=") + kToken});
 }
 
-struct Child {
-  pid_t pid = -1;
-  fs::path err_file;
-};
-
-Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& err_file) {
-  const std::string bin = tensorfetch_bin();
-  std::vector<std::string> storage{bin};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_storage = env;
-  std::vector<char*> envp;
-  for (auto& s : env_storage) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  const std::string err = err_file.string();
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  Child c;
-  c.err_file = err_file;
-  const int rc = ::posix_spawn(&c.pid, bin.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) FAIL("posix_spawn " << bin << ": " << std::strerror(rc));
-  return c;
+// `tensorfetch ARGS` in the background, its stderr to `err_file`, stdin and stdout /dev/null.
+tftest::Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, const fs::path& err_file) {
+  return tftest::Child(tftest::required_env("TENSORFETCH_BIN"), args, {"", "", err_file.string()}, env);
 }
-
-// Exit status, or 128 + signal.
-int wait_child(Child& c) {
-  int status = 0;
-  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  c.pid = -1;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-// Kills (SIGKILL) a child still running when the test leaves early.
-struct ChildGuard {
-  Child& child;
-  ~ChildGuard() {
-    if (child.pid > 0) {
-      ::kill(child.pid, SIGKILL);
-      int status = 0;
-      ::waitpid(child.pid, &status, 0);
-    }
-  }
-};
 
 // ------------------------------------------------------------------ fixture
 
@@ -416,10 +220,10 @@ struct ChildGuard {
 // org/llama-tiny-sharded (the reference checkpoint: 3 shards, index, config.json), a server on
 // it, and per test a fresh cache directory and a Hugging Face home without a hub cache.
 struct Fixture {
-  TempDir tmp;
-  fs::path root = tmp.path / "root";
-  fs::path cache = tmp.path / "cache";
-  fs::path hf_home = tmp.path / "hf-home";
+  tftest::TempDir tmp{"tf-fetch"};
+  fs::path root = tmp / "root";
+  fs::path cache = tmp / "cache";
+  fs::path hf_home = tmp / "hf-home";
   std::unique_ptr<HubServer> server;
   std::string etag;  // the CDN ETag of org/big/model.safetensors: "\"<sha256>\""
   std::string sha;      // sha256 of org/big/model.safetensors: its blob id once verified whole
@@ -428,12 +232,7 @@ struct Fixture {
   explicit Fixture(int latency_ms = 0, std::int64_t cdn_url_ttl_ms = 0) {
     write_file(root / kRepo / kFile, big_model());
     write_file(root / kRepo / "config.json", "{\"model_type\": \"test\", \"layers\": 24}\n");
-    if (!reference().empty()) {
-      fs::create_directories(root / "org" / "llama-tiny-sharded");
-      for (const auto& e : fs::directory_iterator(reference() / "llama-tiny-sharded")) {
-        fs::copy_file(e.path(), root / "org" / "llama-tiny-sharded" / e.path().filename());
-      }
-    }
+    if (!reference().empty()) tftest::copy_files(reference() / "llama-tiny-sharded", root / "org" / "llama-tiny-sharded");
     fs::create_directories(hf_home / "hub");
     testing::Options o;
     o.root = root;
@@ -520,33 +319,16 @@ void check_view(const Checkpoint& c, const std::string& name, const std::string&
 std::string local_get(const Fixture& f, const std::vector<std::string>& selection) {
   std::vector<std::string> args{"get", (f.root / kRepo / kFile).string()};
   args.insert(args.end(), selection.begin(), selection.end());
-  const fs::path out = f.tmp.path / ("local-get-" + std::to_string(::getpid()) + ".safetensors");
+  const fs::path out = f.tmp / ("local-get-" + std::to_string(::getpid()) + ".safetensors");
   args.insert(args.end(), {"-o", out.string(), "-q"});
-  Child c = spawn(args, child_env(f.tmp.path / "unused-cache", f.hf_home), f.tmp.path / "local-get.err");
-  const int rc = wait_child(c);
-  INFO(read_file(c.err_file));
+  tftest::Child c = spawn(args, child_env(f.tmp / "unused-cache", f.hf_home), f.tmp / "local-get.err");
+  const int rc = c.wait();
+  INFO(read_file(f.tmp / "local-get.err"));
   REQUIRE(rc == 0);
   std::string bytes = read_file(out);
   fs::remove(out);
   return bytes;
 }
-
-// Sets an environment variable for a scope.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
-    if (const char* v = std::getenv(name.c_str())) old = v;
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old) {
-      ::setenv(name.c_str(), old->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-};
 
 // The file byte range of a tensor of org/big (read from the source file, locally).
 ByteRange c_range(const Fixture& f, const std::string& name) {
@@ -655,7 +437,7 @@ TEST_CASE("fetch: only the selected tensors' bytes travel, as 206s of exactly th
   check_extents_hold_source(f.cache, f.blob_id, source);
 
   // write() gives the same file as a local `get` of the same selection.
-  const fs::path out = f.tmp.path / "remote.safetensors";
+  const fs::path out = f.tmp / "remote.safetensors";
   auto w = c.write(sel, out.string());
   INFO((w ? std::string() : w.error().message));
   REQUIRE(w);
@@ -703,7 +485,7 @@ TEST_CASE("fetch: slices fetch only the slice's byte ranges (rows, a row's colum
   REQUIRE_FALSE(v);
   CHECK(v.error().code == ErrorCode::NotFetched);
   // The written slices equal a local `get` of the same slices.
-  const fs::path out = f.tmp.path / "slices.safetensors";
+  const fs::path out = f.tmp / "slices.safetensors";
   REQUIRE(c.write(sel, out.string()));
   CHECK(sha256_hex(read_file(out)) == sha256_hex(local_get(f, texts)));
 }
@@ -712,7 +494,7 @@ TEST_CASE("fetch: slices fetch only the slice's byte ranges (rows, a row's colum
 
 TEST_CASE("fetch: a second fetch of the same selection by a new Checkpoint moves no tensor bytes", "[fetch][cache]") {
   Fixture f;
-  const fs::path first_out = f.tmp.path / "first.safetensors";
+  const fs::path first_out = f.tmp / "first.safetensors";
   {
     Checkpoint c = f.open();
     const auto sel = pick(c, kSelection);
@@ -736,7 +518,7 @@ TEST_CASE("fetch: a second fetch of the same selection by a new Checkpoint moves
   CHECK(log.size() == open_log.size());  // the open's requests, nothing after
   CHECK(data_requests(log).empty());
   check_request_rules(log, f.etag);
-  const fs::path out = f.tmp.path / "second.safetensors";
+  const fs::path out = f.tmp / "second.safetensors";
   REQUIRE(c.write(sel, out.string()));
   CHECK(read_file(out) == read_file(first_out));
   check_view(c, "layers.9.weight", big_model());
@@ -753,11 +535,11 @@ TEST_CASE("fetch: a new Checkpoint of a Hub repo views tensors fetched earlier (
     check_view(c, "layers.5.weight", big_model());
   }
   SECTION("fetched by another process (tensorfetch get)") {
-    Child child = spawn({"get", std::string("hf://") + kRepo, "layers.5.weight", "-o", (f.tmp.path / "got.safetensors").string(),
+    tftest::Child child = spawn({"get", std::string("hf://") + kRepo, "layers.5.weight", "-o", (f.tmp / "got.safetensors").string(),
                          "--endpoint", f.server->endpoint(), "-q"},
-                        child_env(f.cache, f.hf_home), f.tmp.path / "get.err");
-    const int rc = wait_child(child);
-    INFO(read_file(child.err_file));
+                        child_env(f.cache, f.hf_home), f.tmp / "get.err");
+    const int rc = child.wait();
+    INFO(read_file(f.tmp / "get.err"));
     REQUIRE(rc == 0);
   }
   REQUIRE(covered(read_meta(f.cache, f.blob_id).extents, c_range(f, "layers.5.weight")));
@@ -792,7 +574,7 @@ TEST_CASE("fetch: a commit-pinned revision opened offline (option, or HF_HUB_OFF
   const std::string commit = f.server->commit(kRepo);
   REQUIRE(commit.size() == 40);
   const std::string location = std::string("hf://") + kRepo + "@" + commit;
-  const fs::path online_out = f.tmp.path / "online.safetensors";
+  const fs::path online_out = f.tmp / "online.safetensors";
   {
     Checkpoint c = f.open(location);
     REQUIRE(c.commit());
@@ -818,7 +600,7 @@ TEST_CASE("fetch: a commit-pinned revision opened offline (option, or HF_HUB_OFF
     INFO((s ? std::string() : s.error().message));
     REQUIRE(s);
     CHECK(s->requests == 0);
-    const fs::path out = f.tmp.path / "offline.safetensors";
+    const fs::path out = f.tmp / "offline.safetensors";
     REQUIRE(c.write(sel, out.string()));
     CHECK(read_file(out) == expected);
     check_view(c, "layers.5.weight", big_model());
@@ -826,7 +608,7 @@ TEST_CASE("fetch: a commit-pinned revision opened offline (option, or HF_HUB_OFF
   }
   SECTION("HF_HUB_OFFLINE=1 (offline left unset)") {
     f.server->clear_log();
-    ScopedEnv env("HF_HUB_OFFLINE", "1");
+    tftest::ScopedEnv env("HF_HUB_OFFLINE", "1");
     OpenOptions o = f.open_options();
     o.offline.reset();
     Checkpoint c = f.open(location, o);
@@ -835,7 +617,7 @@ TEST_CASE("fetch: a commit-pinned revision opened offline (option, or HF_HUB_OFF
     auto s = c.fetch(sel, small_chunks());
     INFO((s ? std::string() : s.error().message));
     REQUIRE(s);
-    const fs::path out = f.tmp.path / "offline-env.safetensors";
+    const fs::path out = f.tmp / "offline-env.safetensors";
     REQUIRE(c.write(sel, out.string()));
     CHECK(read_file(out) == expected);
     CHECK(f.server->log().empty());
@@ -908,7 +690,7 @@ TEST_CASE("fetch: fetch_all + save_files of a sharded repo: files byte-identical
   CHECK(log.size() == expected.size());
   CHECK(stats->bytes_transferred == expected_bytes);
 
-  const fs::path out = f.tmp.path / "download";
+  const fs::path out = f.tmp / "download";
   auto saved = c.save_files(out.string());
   INFO((saved ? std::string() : saved.error().message));
   REQUIRE(saved);
@@ -1043,12 +825,7 @@ TEST_CASE("fetch: drops beyond the retries fail Network (exit 3); the bytes that
   INFO((again ? std::string() : again.error().message));
   REQUIRE(again);
   CHECK(again->bytes_cached >= 40000);
-  for (const auto& r : data_requests(f.server->log())) {
-    INFO(r.to_json());
-    auto rr = parse_range(r.range);
-    REQUIRE(rr);
-    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
-  }
+  check_nothing_asked_twice(f.server->log(), m.extents);
   check_view(c, "layers.8.weight", big_model());
 }
 
@@ -1173,102 +950,105 @@ TEST_CASE("fetch: a 429 storm longer than the retries fails RateLimited (exit 3)
   }
 }
 
-TEST_CASE("fetch: a server that ignores Range fails BadResponse naming the URL; nothing new is marked present",
-          "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  REQUIRE(c.fetch(pick(c, {"layers.3.weight"}), small_chunks()));  // something already there
-  const Ranges before = normalized(read_meta(f.cache, f.blob_id).extents);
-  f.server->clear_log();
-  f.server->set_ignore_range(true);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.12.weight"}), small_chunks());
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK(exit_code(stats.error().code) == 3);
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
-  CHECK_THAT(stats.error().message, Catch::Contains("ignored the Range"));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  CHECK_FALSE(data.empty());
-  for (const auto& r : data) {
-    INFO(r.to_json());
-    CHECK(r.fault == "ignore_range");
-    CHECK(r.status == 200);
-    CHECK(r.body_bytes < big_model().size());  // the client hung up instead of reading the file
-  }
-  // Not retried: a server that ignores Range will do so again.
-  std::set<std::string> ranges;
-  for (const auto& r : data) ranges.insert(r.range);
-  CHECK(ranges.size() == data.size());
-  check_request_rules(f.server->log(), f.etag);
-  CHECK(normalized(read_meta(f.cache, f.blob_id).extents) == before);
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  auto v = c.view(*c.find("layers.8.weight"));
-  REQUIRE_FALSE(v);
-  CHECK(v.error().code == ErrorCode::NotFetched);
-  check_view(c, "layers.3.weight", big_model());
+namespace {
+
+// A server that breaks the HTTP range protocol on CDN requests of tensor data: one row per
+// fault. The fetch fails with `code` (never retried: a server that breaks the protocol once
+// will again), the message names what `mentions` say, and nothing of a faulty response is
+// committed.
+struct ProtocolFault {
+  std::string name;                          // what the server does (the section's name)
+  std::function<void(HubServer&)> arm;       // the test server's switch
+  std::vector<std::string> selection;        // what is fetched
+  std::size_t connections;
+  ErrorCode code;
+  std::vector<std::string> mentions;         // message fragments; "{cdn}": the file's CDN path,
+                                             // "{range}": the faulty request's Range header
+  std::string fault;                         // the log's `fault` of the faulty responses
+  int status;                                // their status
+  bool every_request_faulty;                 // every data request is faulty (not just the first)
+};
+
+const std::vector<ProtocolFault>& protocol_faults() {
+  static const std::vector<ProtocolFault> rows = {
+      {"ignores Range (200 with the whole file)", [](HubServer& s) { s.set_ignore_range(true); },
+       {"layers.8.weight", "layers.12.weight"}, 4, ErrorCode::BadResponse, {"{cdn}", "ignored the Range"},
+       "ignore_range", 200, true},
+      {"a wrong Content-Range (shifted by one byte)", [](HubServer& s) { s.wrong_content_range(1, "/cdn/", 1); },
+       {"layers.8.weight", "layers.9.weight"}, 2, ErrorCode::BadResponse, {"Content-Range", "{cdn}", "{range}"},
+       "wrong_content_range", 206, false},
+      {"a body 1000 bytes longer than the range (chunked)",
+       [](HubServer& s) { s.overlong_body(1000, 1, "/cdn/", testing::OverlongMode::Chunked); },
+       {"layers.8.weight", "layers.9.weight"}, 1, ErrorCode::BadResponse, {"longer than"}, "overlong", 206, false},
+      {"a body 1000 bytes longer than the range (no Content-Length, closed)",
+       [](HubServer& s) { s.overlong_body(1000, 1, "/cdn/", testing::OverlongMode::CloseDelimited); },
+       {"layers.8.weight", "layers.9.weight"}, 1, ErrorCode::BadResponse, {"longer than"}, "overlong", 206, false},
+  };
+  return rows;
 }
 
-TEST_CASE("fetch: a wrong Content-Range fails BadResponse and nothing of that chunk is committed", "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  f.server->clear_log();
-  f.server->wrong_content_range(1, "/cdn/", 1);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(2));
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK_THAT(stats.error().message, Catch::Contains("Content-Range"));
-  CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  std::vector<RequestRecord> bad;
-  for (const auto& r : data) {
-    if (r.fault == "wrong_content_range") bad.push_back(r);
-  }
-  REQUIRE(bad.size() == 1);
-  const auto bad_range = parse_range(bad[0].range);
-  REQUIRE(bad_range);
-  CHECK_THAT(stats.error().message, Catch::Contains(bad[0].range));
-  // The faulty chunk was not asked again, and none of its bytes are recorded as present.
-  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
-  const Meta m = read_meta(f.cache, f.blob_id);
-  for (const auto& e : m.extents) {
-    INFO("extent [" << e.offset << ", " << e.end() << ")");
-    CHECK_FALSE(intersects(e, *bad_range));
-  }
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  check_request_rules(f.server->log(), f.etag);
-}
+}  // namespace
 
-TEST_CASE("fetch: a body longer than the range asked fails BadResponse and nothing of that chunk is committed",
+TEST_CASE("fetch: a server that breaks the range protocol (table) fails BadResponse (exit 3) naming the URL; "
+          "the faulty response is not retried and nothing of it is committed",
           "[fetch][faults]") {
-  Fixture f;
-  Checkpoint c = f.open();
-  f.server->clear_log();
-  f.server->overlong_body(1000, 1, "/cdn/", testing::OverlongMode::Chunked);
-  auto stats = c.fetch(pick(c, {"layers.8.weight", "layers.9.weight"}), small_chunks(1));
-  REQUIRE_FALSE(stats);
-  INFO(stats.error().message);
-  CHECK(stats.error().code == ErrorCode::BadResponse);
-  CHECK_THAT(stats.error().message, Catch::Contains("longer than"));
-  f.server->stop();  // the records of the responses the client hung up on are complete
-  const auto data = data_requests(f.server->log());
-  std::vector<RequestRecord> bad;
-  for (const auto& r : data) {
-    if (r.fault == "overlong") bad.push_back(r);
+  for (const auto& row : protocol_faults()) {
+    DYNAMIC_SECTION(row.name) {
+      Fixture f;
+      Checkpoint c = f.open();
+      REQUIRE(c.fetch(pick(c, {"layers.3.weight"}), small_chunks()));  // something already there
+      const Ranges before = normalized(read_meta(f.cache, f.blob_id).extents);
+      f.server->clear_log();
+      row.arm(*f.server);
+      auto stats = c.fetch(pick(c, row.selection), small_chunks(row.connections));
+      REQUIRE_FALSE(stats);
+      INFO(stats.error().message);
+      CHECK(stats.error().code == row.code);
+      CHECK(exit_code(stats.error().code) == 3);
+      f.server->stop();  // the records of the responses the client hung up on are complete
+
+      const auto data = data_requests(f.server->log());
+      std::vector<RequestRecord> faulty;
+      for (const auto& r : data) {
+        INFO(r.to_json());
+        if (r.fault == row.fault) {
+          faulty.push_back(r);
+          CHECK(r.status == row.status);
+          CHECK(r.body_bytes < big_model().size());  // the client hung up instead of reading on
+        } else {
+          CHECK_FALSE(row.every_request_faulty);
+          CHECK(r.fault.empty());
+        }
+      }
+      REQUIRE_FALSE(faulty.empty());
+      if (!row.every_request_faulty) CHECK(faulty.size() == 1);  // the switch fires once
+      for (std::string m : row.mentions) {
+        if (m == "{cdn}") m = "/cdn/" + f.sha;
+        if (m == "{range}") m = faulty[0].range;
+        CHECK_THAT(stats.error().message, Catch::Contains(m));
+      }
+      // Not retried, and none of a faulty response's bytes recorded as present.
+      const Ranges after = normalized(read_meta(f.cache, f.blob_id).extents);
+      for (const auto& bad : faulty) {
+        INFO(bad.to_json());
+        CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad.range; }) == 1);
+        const auto bad_range = parse_range(bad.range);
+        REQUIRE(bad_range);
+        CHECK_FALSE(intersects(minus(after, before), *bad_range));
+      }
+      if (row.every_request_faulty) CHECK(after == before);
+      check_extents_hold_source(f.cache, f.blob_id, big_model());
+      check_request_rules(f.server->log(), f.etag);
+      check_view(c, "layers.3.weight", big_model());
+      if (row.every_request_faulty) {
+        for (const auto& name : row.selection) {
+          auto v = c.view(*c.find(name));
+          REQUIRE_FALSE(v);
+          CHECK(v.error().code == ErrorCode::NotFetched);
+        }
+      }
+    }
   }
-  REQUIRE(bad.size() == 1);
-  const auto bad_range = parse_range(bad[0].range);
-  REQUIRE(bad_range);
-  CHECK(std::count_if(data.begin(), data.end(), [&](const auto& r) { return r.range == bad[0].range; }) == 1);
-  for (const auto& e : read_meta(f.cache, f.blob_id).extents) {
-    INFO("extent [" << e.offset << ", " << e.end() << ")");
-    CHECK_FALSE(intersects(e, *bad_range));
-  }
-  check_extents_hold_source(f.cache, f.blob_id, big_model());
-  check_request_rules(f.server->log(), f.etag);
 }
 
 TEST_CASE("fetch: the file changing on the server mid-load fails Integrity (exit 4); the cache holds only original bytes",
@@ -1513,11 +1293,7 @@ TEST_CASE("fetch: a progress callback returning false cancels (Cancelled); compl
   auto again = c.fetch(sel, small_chunks(4));
   REQUIRE(again);
   CHECK(again->bytes_cached >= total(minus(m.extents, {{0, kWindow}})));
-  for (const auto& r : data_requests(f.server->log())) {
-    auto rr = parse_range(r.range);
-    REQUIRE(rr);
-    for (const auto& e : m.extents) CHECK_FALSE(intersects(*rr, e));
-  }
+  check_nothing_asked_twice(f.server->log(), m.extents);
   for (const auto& name : {"layers.8.weight", "layers.13.weight"}) check_view(c, name, big_model());
 }
 
@@ -1544,12 +1320,11 @@ TEST_CASE("fetch: a progress callback that says stop on its first call sends no 
 TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committed byte fetched again, files byte-exact",
           "[fetch][crash][cli]") {
   Fixture f(120);
-  const std::vector<std::string> args = {"download", std::string("hf://") + kRepo, "-o", (f.tmp.path / "out").string(),
+  const std::vector<std::string> args = {"download", std::string("hf://") + kRepo, "-o", (f.tmp / "out").string(),
                                          "--endpoint", f.server->endpoint(), "--chunk-size", "65536",
                                          "--connections", "2", "--stall-timeout", "2000", "-q"};
   const auto env = child_env(f.cache, f.hf_home);
-  Child first = spawn(args, env, f.tmp.path / "first.err");
-  ChildGuard guard{first};
+  tftest::Child first = spawn(args, env, f.tmp / "first.err");
   // Wait until some tensor chunks are committed (beyond the header window), then kill -9.
   Meta seen;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -1558,9 +1333,10 @@ TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committ
     if (total(minus(seen.extents, {{0, kWindow}})) >= 3 * kChunk) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  REQUIRE(::kill(first.pid, SIGKILL) == 0);
-  const int first_rc = wait_child(first);
-  INFO(read_file(first.err_file));
+  REQUIRE(first.running());
+  first.signal(SIGKILL);
+  const int first_rc = first.wait();
+  INFO(read_file(f.tmp / "first.err"));
   REQUIRE(first_rc == 128 + SIGKILL);  // killed mid-load, not finished
   const Meta before = read_meta(f.cache, f.blob_id);
   REQUIRE(before.exists);
@@ -1570,13 +1346,13 @@ TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committ
   CHECK(committed >= 3 * kChunk);
   CHECK(committed < big_model().size() - kWindow);
   check_extents_hold_source(f.cache, f.blob_id, big_model());
-  CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
+  CHECK_FALSE(fs::exists(f.tmp / "out" / kFile));
 
   f.server->set_latency_ms(0);
   f.server->clear_log();
-  Child second = spawn(args, env, f.tmp.path / "second.err");
-  const int second_rc = wait_child(second);
-  INFO(read_file(second.err_file));
+  tftest::Child second = spawn(args, env, f.tmp / "second.err");
+  const int second_rc = second.wait();
+  INFO(read_file(f.tmp / "second.err"));
   REQUIRE(second_rc == 0);
   const auto log = f.server->log();
   std::uint64_t moved = 0;
@@ -1590,8 +1366,8 @@ TEST_CASE("fetch: kill -9 of `tensorfetch download` mid-load, re-run: no committ
   }
   CHECK(moved == big_model().size() - total(normalized(before.extents)));
   check_request_rules(log, f.etag);
-  CHECK(sha256_hex(read_file(f.tmp.path / "out" / kFile)) == f.sha);
-  CHECK(read_file(f.tmp.path / "out" / "config.json") == read_file(f.root / kRepo / "config.json"));
+  CHECK(sha256_hex(read_file(f.tmp / "out" / kFile)) == f.sha);
+  CHECK(read_file(f.tmp / "out" / "config.json") == read_file(f.root / kRepo / "config.json"));
   const Meta after = read_meta(f.cache, f.sha);  // verified whole: renamed to its sha256
   CHECK(after.complete);
   CHECK_FALSE(read_meta(f.cache, f.blob_id).exists);
@@ -1608,23 +1384,21 @@ TEST_CASE("fetch: two CLI processes fetching overlapping tensors into one cache 
   auto args = [&](const std::vector<std::string>& names, const std::string& out) {
     std::vector<std::string> a = {"get", std::string("hf://") + kRepo};
     a.insert(a.end(), names.begin(), names.end());
-    a.insert(a.end(), {"-o", (f.tmp.path / out).string(), "--endpoint", f.server->endpoint(), "--chunk-size", "65536",
+    a.insert(a.end(), {"-o", (f.tmp / out).string(), "--endpoint", f.server->endpoint(), "--chunk-size", "65536",
                        "--connections", "3", "-q"});
     return a;
   };
   const auto env = child_env(f.cache, f.hf_home);
-  Child a = spawn(args(a_names, "a.safetensors"), env, f.tmp.path / "a.err");
-  ChildGuard ga{a};
-  Child b = spawn(args(b_names, "b.safetensors"), env, f.tmp.path / "b.err");
-  ChildGuard gb{b};
-  const int rc_a = wait_child(a);
-  const int rc_b = wait_child(b);
-  INFO("a: " << read_file(f.tmp.path / "a.err"));
-  INFO("b: " << read_file(f.tmp.path / "b.err"));
+  tftest::Child a = spawn(args(a_names, "a.safetensors"), env, f.tmp / "a.err");
+  tftest::Child b = spawn(args(b_names, "b.safetensors"), env, f.tmp / "b.err");
+  const int rc_a = a.wait();
+  const int rc_b = b.wait();
+  INFO("a: " << read_file(f.tmp / "a.err"));
+  INFO("b: " << read_file(f.tmp / "b.err"));
   CHECK(rc_a == 0);
   CHECK(rc_b == 0);
-  CHECK(sha256_hex(read_file(f.tmp.path / "a.safetensors")) == sha256_hex(local_get(f, a_names)));
-  CHECK(sha256_hex(read_file(f.tmp.path / "b.safetensors")) == sha256_hex(local_get(f, b_names)));
+  CHECK(sha256_hex(read_file(f.tmp / "a.safetensors")) == sha256_hex(local_get(f, a_names)));
+  CHECK(sha256_hex(read_file(f.tmp / "b.safetensors")) == sha256_hex(local_get(f, b_names)));
   const auto log = f.server->log();
   check_request_rules(log, f.etag);
   for (const auto& r : data_requests(log)) {
@@ -1657,35 +1431,13 @@ TEST_CASE("fetch: two CLI processes fetching overlapping tensors into one cache 
 
 // ======================================================================== full disk
 
-namespace {
-
-// A tmpfs of `size` mounted on `dir` for a scope (root only).
-struct TmpfsMount {
-  fs::path dir;
-  bool mounted = false;
-  int error = 0;
-  TmpfsMount(fs::path d, const std::string& size) : dir(std::move(d)) {
-    fs::create_directories(dir);
-    const std::string opts = "size=" + size;
-    mounted = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) == 0;
-    if (!mounted) error = errno;
-  }
-  ~TmpfsMount() {
-    if (mounted && ::umount2(dir.c_str(), 0) != 0) ::umount2(dir.c_str(), MNT_DETACH);
-  }
-  TmpfsMount(const TmpfsMount&) = delete;
-  TmpfsMount& operator=(const TmpfsMount&) = delete;
-};
-
-}  // namespace
-
 TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the full disk; only durable extents are recorded",
           "[fetch][disk]") {
   Fixture f;
-  const fs::path disk = f.tmp.path / "small-disk";
-  TmpfsMount tmpfs(disk, "2M");
-  if (!tmpfs.mounted) {
-    WARN("cannot mount a tmpfs on " << disk << " (" << std::strerror(tmpfs.error) << "): skipped");
+  const fs::path disk = f.tmp / "small-disk";
+  tftest::ScopedTmpfs tmpfs(disk, "2M");
+  if (!tmpfs.mounted()) {
+    WARN("cannot mount a tmpfs on " << disk << " (" << tmpfs.error() << "): skipped");
     return;
   }
   // (A tmpfs is mounted 1777: the cache, which must be writable by the user only, lives below.)
@@ -1771,10 +1523,10 @@ TEST_CASE("fetch: a download whose bytes do not hash to the sha256 the Hub named
   REQUIRE_FALSE(view);
   CHECK(view.error().code == ErrorCode::NotFetched);
   // save_files refuses what is not complete.
-  auto saved = c.save_files((f.tmp.path / "out").string());
+  auto saved = c.save_files((f.tmp / "out").string());
   REQUIRE_FALSE(saved);
   CHECK(saved.error().code == ErrorCode::NotFetched);
-  CHECK_FALSE(fs::exists(f.tmp.path / "out" / kFile));
+  CHECK_FALSE(fs::exists(f.tmp / "out" / kFile));
 }
 
 TEST_CASE("fetch: a cache blob that cannot be read is reported by view as that error, not as 'not fetched'; the open "

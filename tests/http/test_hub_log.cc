@@ -101,7 +101,7 @@ TEST_CASE("a record has every field; JSON round trip", "[log]") {
 TEST_CASE("the log file holds the same records as JSON lines", "[log]") {
   TempDir tmp;
   Options opt;
-  opt.log_file = tmp.path / "requests.jsonl";
+  opt.log_file = tmp.path() / "requests.jsonl";
   Fixture f(opt);
   auto& s = *f.server;
   auto hub = f.hub();
@@ -131,7 +131,7 @@ TEST_CASE("a record amended after it entered the log: the last line wins", "[log
   // done before the extra bytes); the logger then amends the byte count.
   TempDir tmp;
   Options opt;
-  opt.log_file = tmp.path / "requests.jsonl";
+  opt.log_file = tmp.path() / "requests.jsonl";
   Fixture f(opt);
   auto& s = *f.server;
   const std::string target = f.cdn_target(kSmall, "model.safetensors");

@@ -112,10 +112,10 @@ TEST_CASE("the server process prints its endpoint, serves, logs, and stops on SI
           "[process]") {
   Root root;
   TempDir tmp;
-  const fs::path log = tmp.path / "log.jsonl";
+  const fs::path log = tmp.path() / "log.jsonl";
   Process p({server_bin().string(), "--root", root.path().string(), "--latency-ms", "20", "--log",
              log.string(), "--cdn-host", "127.0.0.1", "--summary"},
-            tmp.path / "stderr.txt");
+            tmp.path() / "stderr.txt");
   const int port = p.http_port();
 
   httplib::Client hub("localhost", port);
@@ -142,7 +142,7 @@ TEST_CASE("the server process prints its endpoint, serves, logs, and stops on SI
   CHECK(records[1].body_bytes == 8);
   CHECK(records[1].end_ms - records[1].start_ms >= 19);
   CHECK(records[2].fault == "fail");
-  std::string err = read_file(tmp.path / "stderr.txt");
+  std::string err = read_file(tmp.path() / "stderr.txt");
   auto summary = nlohmann::json::parse(err.substr(err.find('{')));
   CHECK(summary["requests"] == 3);
 }
@@ -151,13 +151,13 @@ TEST_CASE("the server process serves HTTPS with --tls-self-signed", "[process]")
   Root root;
   TempDir tmp;
   Process p({server_bin().string(), "--root", root.path().string(), "--tls-self-signed",
-             (tmp.path / "tls").string()},
-            tmp.path / "stderr.txt");
+             (tmp.path() / "tls").string()},
+            tmp.path() / "stderr.txt");
   const std::string endpoint = p.first_line();
-  INFO(read_file(tmp.path / "stderr.txt"));
+  INFO(read_file(tmp.path() / "stderr.txt"));
   REQUIRE(endpoint.rfind("https://localhost:", 0) == 0);
   httplib::SSLClient c("localhost", port_of(endpoint));
-  c.set_ca_cert_path((tmp.path / "tls" / "cert.pem").c_str());
+  c.set_ca_cert_path((tmp.path() / "tls" / "cert.pem").c_str());
   c.enable_server_certificate_verification(true);
   auto r = c.Get("/org/small/resolve/main/config.json");
   REQUIRE(r);
@@ -167,8 +167,8 @@ TEST_CASE("the server process serves HTTPS with --tls-self-signed", "[process]")
 
 TEST_CASE("the server process refuses bad arguments", "[process]") {
   TempDir tmp;
-  Process p({server_bin().string(), "--root", (tmp.path / "missing").string()},
-            tmp.path / "stderr.txt");
+  Process p({server_bin().string(), "--root", (tmp.path() / "missing").string()},
+            tmp.path() / "stderr.txt");
   CHECK(p.first_line(5000).empty());
   const int code = p.wait();
   CHECK(code != 0);
@@ -184,7 +184,7 @@ TEST_CASE("the server process answers as the real Hub with --real-hub, --alias, 
              "gpt2=org/small", "--alias", "datasets/squad=datasets/org/ds", "--disabled",
              "org/llama-tiny-sharded", "--other-token", "hf_other", "--rate-limit", "100",
              "--rate-window", "60", "--cdn-fault", "416", "--cdn-fault-n", "1"},
-            tmp.path / "stderr.txt");
+            tmp.path() / "stderr.txt");
   const int port = p.http_port();
   httplib::Client hub("localhost", port);
   auto r = hub.Get("/gpt2/resolve/main/config.json");
@@ -227,9 +227,9 @@ TEST_CASE("the server process refuses a malformed --alias", "[process][real_hub]
   for (const char* alias : {"gpt2", "gpt2=noorg"}) {
     INFO(alias);
     Process p({server_bin().string(), "--root", root.path().string(), "--alias", alias},
-              tmp.path / "stderr.txt");
+              tmp.path() / "stderr.txt");
     CHECK(p.first_line(5000).empty());
     CHECK(p.wait() == 1);
-    CHECK_THAT(read_file(tmp.path / "stderr.txt"), Catch::Contains("alias"));
+    CHECK_THAT(read_file(tmp.path() / "stderr.txt"), Catch::Contains("alias"));
   }
 }

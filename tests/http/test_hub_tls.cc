@@ -22,7 +22,7 @@ httplib::Client verified_client(const std::string& host, int port, const fs::pat
 
 TEST_CASE("HTTPS with a generated certificate for localhost and 127.0.0.1", "[tls]") {
   TempDir tmp;
-  auto files = generate_self_signed_cert(tmp.path / "tls");
+  auto files = generate_self_signed_cert(tmp.path() / "tls");
   CHECK(fs::exists(files.cert));
   CHECK(fs::exists(files.key));
   CHECK(read_file(files.cert).rfind("-----BEGIN CERTIFICATE-----", 0) == 0);
@@ -56,7 +56,7 @@ TEST_CASE("HTTPS with a generated certificate for localhost and 127.0.0.1", "[tl
 
   // libcurl (what the library uses) accepts it as a CA bundle, for both names.
   if (std::system("command -v curl > /dev/null 2>&1") == 0) {
-    auto out = tmp.path / "curl.out";
+    auto out = tmp.path() / "curl.out";
     for (const std::string& url :
          {s.endpoint() + "/org/small/resolve/main/config.json", location}) {
       std::string cmd = "curl -sS --fail -o '" + out.string() + "' --cacert '" +
@@ -76,12 +76,12 @@ TEST_CASE("HTTPS with a generated certificate for localhost and 127.0.0.1", "[tl
 TEST_CASE("start() refuses missing TLS files", "[tls]") {
   TempDir tmp;
   Options opt;
-  opt.tls_cert = tmp.path / "missing.pem";
-  opt.tls_key = tmp.path / "missing-key.pem";
+  opt.tls_cert = tmp.path() / "missing.pem";
+  opt.tls_key = tmp.path() / "missing-key.pem";
   HubServer s(opt);
   CHECK_THROWS_AS(s.start(), std::runtime_error);
   Options half;
-  half.tls_cert = tmp.path / "missing.pem";
+  half.tls_cert = tmp.path() / "missing.pem";
   HubServer t(half);
   CHECK_THROWS_AS(t.start(), std::runtime_error);
 }

@@ -76,7 +76,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 TEST_CASE("net: an https redirect to http:// is refused, naming both URLs; the plaintext server sees nothing",
           "[net][tls][downgrade]") {
   TempDir certs;
-  const auto tls = tensorfetch::testing::generate_self_signed_cert(certs.path / "tls");
+  const auto tls = tensorfetch::testing::generate_self_signed_cert(certs.path() / "tls");
   Options o;
   o.tls_cert = tls.cert;
   o.tls_key = tls.key;
@@ -283,8 +283,8 @@ TEST_CASE("fetch from a dripping server: exit-3 error, nothing partial served, a
   tensorfetch::OpenOptions o;
   o.endpoint = s.endpoint();
   o.token = "";
-  o.cache_dir = cache.path.string();
-  o.hf_hub_cache = (cache.path / "hf").string();
+  o.cache_dir = cache.path().string();
+  o.hf_hub_cache = (cache.path() / "hf").string();
   o.offline = false;
   o.header_window = 64;  // the tensor's bytes are left for the fetch
   o.stall_timeout_ms = 1000;
@@ -309,7 +309,7 @@ TEST_CASE("fetch from a dripping server: exit-3 error, nothing partial served, a
   auto view = ckpt->view(ckpt->tensors()[0]);
   REQUIRE_FALSE(view);
   CHECK(view.error().code == ErrorCode::NotFetched);
-  auto entries = tensorfetch::cache_list(cache.path.string());
+  auto entries = tensorfetch::cache_list(cache.path().string());
   REQUIRE(entries);
   for (const auto& e : *entries) CHECK_FALSE(e.complete);
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "hub_server.hpp"  // generate_self_signed_cert
+#include "support/files.hpp"
 #include "tensorfetch/tensorfetch.hpp"
 
 extern char** environ;
@@ -44,26 +45,10 @@ using tensorfetch::OpenOptions;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using tftest::TempDir;
 
-// A directory removed (recursively) at destruction.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string templ = (fs::temp_directory_path() / "tf-h2-XXXXXX").string();
-    if (::mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+// A file that may not exist yet (a log), as text ("" when missing).
+std::string text_of(const fs::path& p) { return tftest::try_read_file(p).value_or(""); }
 
 // nginx: $TENSORFETCH_NGINX, else /usr/sbin/nginx, else `nginx` on PATH; nullopt if none.
 std::optional<fs::path> find_nginx() {
@@ -172,7 +157,7 @@ class Nginx {
         if (port_accepts(port_)) return;
         std::this_thread::sleep_for(20ms);
       }
-      last_error = slurp(dir / "error.log") + slurp(dir / "stderr.log");
+      last_error = text_of(dir / "error.log") + text_of(dir / "stderr.log");
       stop();
       if (last_error.find("Address already in use") == std::string::npos) break;
     }
@@ -184,7 +169,7 @@ class Nginx {
 
   int port() const { return port_; }
   fs::path access_log() const { return dir_ / "access.log"; }
-  std::string error_log() const { return slurp(dir_ / "error.log"); }
+  std::string error_log() const { return text_of(dir_ / "error.log"); }
 
   // Waits until the access log holds at least `n` lines (nginx writes a line when it
   // finalizes a request, which may be just after the client saw the end of the response).
@@ -335,7 +320,7 @@ TEST_CASE("remote over HTTP/2 + TLS (nginx): a sharded checkpoint opens with eve
     return;
   }
   TempDir tmp;
-  const fs::path www = tmp.path / "www";
+  const fs::path www = tmp.path() / "www";
   constexpr unsigned kShards = 8;
   // 8 layers of hidden size 128: about 4.7 MB of BF16 in 8 shards of ~600 KB, each larger than
   // the 256 KiB header window, so every shard-header answer is a 206 of exactly 262144 bytes.
@@ -348,8 +333,8 @@ TEST_CASE("remote over HTTP/2 + TLS (nginx): a sharded checkpoint opens with eve
   REQUIRE(local->files().size() == kShards);
   for (const auto& f : local->files()) REQUIRE(f.size > 262144);
 
-  const auto tls = tensorfetch::testing::generate_self_signed_cert(tmp.path / "tls");
-  Nginx nginx(*nginx_bin, tmp.path / "nginx", www, tls.cert, tls.key);
+  const auto tls = tensorfetch::testing::generate_self_signed_cert(tmp.path() / "tls");
+  Nginx nginx(*nginx_bin, tmp.path() / "nginx", www, tls.cert, tls.key);
 
   OpenOptions o;
   o.token = std::string();  // never the developer's own token

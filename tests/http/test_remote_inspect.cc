@@ -12,6 +12,8 @@
 
 #include "hub_server.hpp"
 #include "net/http_client.h"
+#include "support/env.hpp"
+#include "support/files.hpp"
 #include "tensorfetch/tensorfetch.hpp"
 
 namespace fs = std::filesystem;
@@ -21,35 +23,25 @@ using tensorfetch::testing::RequestRecord;
 
 namespace {
 
-fs::path reference() {
-  const char* dir = std::getenv("TENSORFETCH_REFERENCE_DIR");
-  return dir ? fs::path(dir) : fs::path();
-}
+// The reference checkpoints, or an empty path (the tests that need them return early).
+fs::path reference() { return tftest::reference_dir().value_or(fs::path()); }
 
 // A temporary Hub root: org/llama-tiny-{sharded,single} from the reference checkpoints, plus
 // small repos made by the test.
 struct Root {
-  fs::path dir;
+  tftest::TempDir tmp{"tf-remote"};
+  fs::path dir = tmp.path();
   Root() {
-    char tmpl[] = "/tmp/tf-remote-XXXXXX";
-    dir = ::mkdtemp(tmpl);
     for (const char* name : {"llama-tiny-sharded", "llama-tiny-single"}) {
-      fs::create_directories(dir / "org" / name);
-      for (const auto& e : fs::directory_iterator(reference() / name)) {
-        fs::copy_file(e.path(), dir / "org" / name / e.path().filename());
-      }
+      tftest::copy_files(reference() / name, dir / "org" / name);
     }
     fs::create_directories(dir / "datasets" / "org" / "data");
     fs::copy_file(reference() / "dtypes" / "model.safetensors", dir / "datasets" / "org" / "data" / "model.safetensors");
-    fs::create_directories(dir / "org" / "config-only");
-    std::ofstream(dir / "org" / "config-only" / "config.json") << "{}";
-    fs::create_directories(dir / "org" / "bad-index");
-    std::ofstream(dir / "org" / "bad-index" / "model.safetensors.index.json") << "{\"weight_map\": [1,";
-    fs::create_directories(dir / "org" / "unsafe-index");
-    std::ofstream(dir / "org" / "unsafe-index" / "model.safetensors.index.json")
-        << R"({"weight_map":{"w":"../escape.safetensors"}})";
+    tftest::write_file(dir / "org" / "config-only" / "config.json", "{}");
+    tftest::write_file(dir / "org" / "bad-index" / "model.safetensors.index.json", "{\"weight_map\": [1,");
+    tftest::write_file(dir / "org" / "unsafe-index" / "model.safetensors.index.json",
+                       R"({"weight_map":{"w":"../escape.safetensors"}})");
   }
-  ~Root() { fs::remove_all(dir); }
 };
 
 struct Fixture {
@@ -464,8 +456,8 @@ TEST_CASE("remote: http(s) URLs of a file or an index, and dataset repos", "[rem
 TEST_CASE("remote: HTTPS is verified: the test CA passes, no CA is a TLS failure", "[remote][tls]") {
   if (reference().empty()) return;
   Root root;
-  char tmpl[] = "/tmp/tf-tls-XXXXXX";
-  fs::path dir = ::mkdtemp(tmpl);
+  tftest::TempDir tls_dir("tf-tls");
+  const fs::path dir = tls_dir.path();
   auto tls = testing::generate_self_signed_cert(dir);
   testing::Options so;
   so.root = root.dir;
@@ -488,12 +480,12 @@ TEST_CASE("remote: HTTPS is verified: the test CA passes, no CA is a TLS failure
   CHECK(ok->tensors().size() == 57);
   // CURL_CA_BUNDLE is honoured when no CA file is given.
   o.ca_file.clear();
-  ::setenv("CURL_CA_BUNDLE", tls.cert.c_str(), 1);
-  auto via_env = Checkpoint::open("hf://org/llama-tiny-single", o);
-  ::unsetenv("CURL_CA_BUNDLE");
-  CHECK(via_env);
+  {
+    tftest::ScopedEnv env("CURL_CA_BUNDLE", tls.cert.string());
+    auto via_env = Checkpoint::open("hf://org/llama-tiny-single", o);
+    CHECK(via_env);
+  }
   server.stop();
-  fs::remove_all(dir);
 }
 
 TEST_CASE("remote: a malformed index is refused as a bad index (exit 2) naming the file", "[remote][errors]") {
@@ -533,19 +525,16 @@ TEST_CASE("remote: without an explicit token, $HF_TOKEN and then $HF_HOME/token 
   Fixture f;
   f.server.set_token("from-file");
   f.server.set_private_repos({"org/llama-tiny-single"});
-  char tmpl[] = "/tmp/tf-hfhome-XXXXXX";
-  fs::path home = ::mkdtemp(tmpl);
-  std::ofstream(home / "token") << "from-file\n";
-  ::unsetenv("HF_TOKEN");
-  ::setenv("HF_HOME", home.c_str(), 1);
+  tftest::TempDir home("tf-hfhome");
+  tftest::write_file(home / "token", "from-file\n");
+  tftest::ScopedEnv env;
+  env.unset("HF_TOKEN");
+  env.set("HF_HOME", home.path().string());
   auto o = f.open_options();
   o.token.reset();
   auto ok = Checkpoint::open("hf://org/llama-tiny-single", o);
   CHECK(ok);
-  ::setenv("HF_TOKEN", "wrong", 1);  // HF_TOKEN wins over the file
+  env.set("HF_TOKEN", "wrong");  // HF_TOKEN wins over the file
   auto wrong = Checkpoint::open("hf://org/llama-tiny-single", o);
   CHECK_FALSE(wrong);
-  ::unsetenv("HF_TOKEN");
-  ::unsetenv("HF_HOME");
-  fs::remove_all(home);
 }

@@ -19,8 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/process.hpp"
 #include "hub_server.hpp"
+#include "support/files.hpp"
+#include "support/process.hpp"
+#include "support/ranges.hpp"
 #include "tensorfetch/tensorfetch.hpp"
 
 namespace fs = std::filesystem;
@@ -30,6 +32,9 @@ using tensorfetch::testing::HubServer;
 using tensorfetch::testing::RequestRecord;
 
 namespace {
+
+using tftest::intersects;
+using tftest::parse_range;
 
 constexpr const char* kRepo = "org/big";
 constexpr const char* kFile = "model.safetensors";
@@ -57,12 +62,6 @@ const std::string& source() {
   return file;
 }
 
-std::string tensorfetch_bin() {
-  const char* bin = std::getenv("TENSORFETCH_BIN");
-  if (bin == nullptr || *bin == '\0') FAIL("TENSORFETCH_BIN is not set (run the tests through meson test)");
-  return bin;
-}
-
 struct Extents {
   bool complete = false;
   std::vector<ByteRange> ranges;
@@ -75,15 +74,15 @@ struct Extents {
 
 // A server on a root holding org/big, a cache and a Hugging Face home of the test's own.
 struct Fixture {
-  tftest::ScratchDir tmp{"tf-signals"};
+  tftest::TempDir tmp{"tf-signals"};
   fs::path cache = tmp / "cache";
   fs::path hf_home = tmp / "hf-home";
   std::unique_ptr<HubServer> server;
   std::string blob_id;
 
   explicit Fixture(int latency_ms = 0) {
-    tftest::spit(tmp / "root" / kRepo / kFile, source());
-    tftest::spit(tmp / "root" / kRepo / "config.json", "{\"model_type\": \"test\"}\n");
+    tftest::write_file(tmp / "root" / kRepo / kFile, source());
+    tftest::write_file(tmp / "root" / kRepo / "config.json", "{\"model_type\": \"test\"}\n");
     fs::create_directories(hf_home / "hub");
     testing::Options o;
     o.root = tmp / "root";
@@ -116,7 +115,7 @@ struct Fixture {
 
   [[nodiscard]] Extents extents() const {
     Extents e;
-    const std::string text = tftest::slurp(blob_dir() / "meta.json");
+    const std::string text = tftest::try_read_file(blob_dir() / "meta.json").value_or("");
     auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return e;
     e.complete = j.value("complete", false);
@@ -126,7 +125,7 @@ struct Fixture {
 
   // Every committed byte is the source's.
   void check_cache_holds_source() const {
-    const std::string data = tftest::slurp(blob_dir() / "data");
+    const std::string data = tftest::read_file(blob_dir() / "data");
     REQUIRE(data.size() == source().size());
     for (const auto& r : extents().ranges) {
       INFO("extent [" << r.offset << ", " << r.end() << ")");
@@ -144,15 +143,6 @@ struct Fixture {
     return o;
   }
 };
-
-bool intersects(const ByteRange& a, const ByteRange& b) { return a.offset < b.end() && b.offset < a.end(); }
-
-std::optional<ByteRange> parse_range(const std::string& h) {
-  if (!h.starts_with("bytes=")) return std::nullopt;
-  const auto dash = h.find('-');
-  const std::uint64_t a = std::stoull(h.substr(6, dash - 6));
-  return ByteRange{a, std::stoull(h.substr(dash + 1)) - a + 1};
-}
 
 // Sends `sig` to a running child and returns how long it took to exit and its status.
 std::pair<std::chrono::milliseconds, std::optional<int>> interrupt(tftest::Child& c, int sig) {
@@ -174,7 +164,7 @@ TEST_CASE("signals: SIGTERM to `get` while transfers stall: exit 143 within 1 s,
   std::vector<std::string> args{"get", std::string("hf://") + kRepo, "-o", out.string()};
   for (const auto& a : f.remote_args()) args.push_back(a);
   const fs::path err = f.tmp / "first.err";
-  tftest::Child first(tensorfetch_bin(), args, {"", "", err.string()}, f.env());
+  tftest::Child first(tftest::required_env("TENSORFETCH_BIN"), args, {"", "", err.string()}, f.env());
   // Some chunks committed, then the server stops sending: what is in flight stalls.
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   while (f.extents().beyond_window() < 2 * kChunk && first.running() && std::chrono::steady_clock::now() < deadline) {
@@ -183,7 +173,7 @@ TEST_CASE("signals: SIGTERM to `get` while transfers stall: exit 143 within 1 s,
   f.server->stall_after(0, -1, "/cdn/", 4000);
   std::this_thread::sleep_for(400ms);
   auto [took, rc] = interrupt(first, SIGTERM);
-  INFO(tftest::slurp(err));
+  INFO(tftest::read_file(err));
   REQUIRE(rc.has_value());
   CHECK(*rc == 143);
   CHECK(took < 1000ms);
@@ -199,7 +189,7 @@ TEST_CASE("signals: SIGTERM to `get` while transfers stall: exit 143 within 1 s,
   f.server->reset_switches();
   f.server->set_latency_ms(0);
   f.server->clear_log();
-  tftest::Child second(tensorfetch_bin(), args, {"", "", (f.tmp / "second.err").string()}, f.env());
+  tftest::Child second(tftest::required_env("TENSORFETCH_BIN"), args, {"", "", (f.tmp / "second.err").string()}, f.env());
   REQUIRE(second.wait() == 0);
   {
     // What a local `get` of the source writes.
@@ -210,7 +200,7 @@ TEST_CASE("signals: SIGTERM to `get` while transfers stall: exit 143 within 1 s,
     REQUIRE(sel);
     const fs::path expected = f.tmp / "expected.safetensors";
     REQUIRE(local->write(*sel, expected.string()));
-    CHECK(tftest::slurp(out) == tftest::slurp(expected));
+    CHECK(tftest::read_file(out) == tftest::read_file(expected));
   }
   std::uint64_t moved = 0;
   for (const auto& r : f.server->log()) {
@@ -231,15 +221,15 @@ TEST_CASE("signals: SIGINT to `inspect` while the header read stalls: exit 130 w
   Fixture f;
   f.server->stall_after(0, -1, "/cdn/", 4000);
   const fs::path err = f.tmp / "inspect.err";
-  tftest::Child c(tensorfetch_bin(), {"inspect", std::string("hf://") + kRepo, "--endpoint", f.server->endpoint()},
+  tftest::Child c(tftest::required_env("TENSORFETCH_BIN"), {"inspect", std::string("hf://") + kRepo, "--endpoint", f.server->endpoint()},
                   {"", "", err.string()}, f.env());
   std::this_thread::sleep_for(500ms);
   auto [took, rc] = interrupt(c, SIGINT);
-  INFO(tftest::slurp(err));
+  INFO(tftest::read_file(err));
   REQUIRE(rc.has_value());
   CHECK(*rc == 130);
   CHECK(took < 1000ms);
-  CHECK_THAT(tftest::slurp(err), Catch::Contains("cancelled"));
+  CHECK_THAT(tftest::read_file(err), Catch::Contains("cancelled"));
 }
 
 TEST_CASE("signals: SIGTERM to `download` while transfers stall: exit 143 within 1 s, nothing in the output directory",
@@ -249,7 +239,7 @@ TEST_CASE("signals: SIGTERM to `download` while transfers stall: exit 143 within
   std::vector<std::string> args{"download", std::string("hf://") + kRepo, "-o", out_dir.string()};
   for (const auto& a : f.remote_args()) args.push_back(a);
   const fs::path err = f.tmp / "download.err";
-  tftest::Child c(tensorfetch_bin(), args, {"", "", err.string()}, f.env());
+  tftest::Child c(tftest::required_env("TENSORFETCH_BIN"), args, {"", "", err.string()}, f.env());
   // The open goes through (its header window read is logged), then every transfer stalls.
   const auto deadline = std::chrono::steady_clock::now() + 20s;
   auto opened = [&] {
@@ -262,7 +252,7 @@ TEST_CASE("signals: SIGTERM to `download` while transfers stall: exit 143 within
   f.server->stall_after(0, -1, "/cdn/", 4000);
   std::this_thread::sleep_for(500ms);
   auto [took, rc] = interrupt(c, SIGTERM);
-  INFO(tftest::slurp(err));
+  INFO(tftest::read_file(err));
   REQUIRE(rc.has_value());
   CHECK(*rc == 143);
   CHECK(took < 1000ms);
@@ -344,5 +334,5 @@ TEST_CASE("cancel: a cancelled write leaves neither the output nor a temporary f
   CHECK(tftest::temp_files(f.tmp.path()).empty());
   wo.cancel.reset();
   REQUIRE(c->write(*sel, out.string(), wo));
-  CHECK(tftest::slurp(out).size() > source().size() - 4096);
+  CHECK(tftest::read_file(out).size() > source().size() - 4096);
 }

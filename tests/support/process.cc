@@ -10,55 +10,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <thread>
 
 extern char** environ;
 
 namespace tftest {
-
-ScratchDir::ScratchDir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = (fs::path(tmp && *tmp ? tmp : "/tmp") / (prefix + "-XXXXXX")).string();
-  if (::mkdtemp(templ.data()) == nullptr) {
-    throw std::runtime_error("mkdtemp " + templ + ": " + std::strerror(errno));
-  }
-  path_ = templ;
-}
-
-ScratchDir::~ScratchDir() {
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_symlink(ec)) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
-  }
-  fs::remove_all(path_, ec);
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void spit(const fs::path& path, std::string_view bytes) {
-  if (path.has_parent_path()) fs::create_directories(path.parent_path());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-std::vector<fs::path> temp_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (it->path().filename().string().find(".tmp-") != std::string::npos) out.push_back(it->path());
-  }
-  return out;
-}
 
 Child::Child(const std::string& program, const std::vector<std::string>& args, const ChildIo& io,
              const std::vector<std::string>& env) {
@@ -123,6 +80,14 @@ std::optional<int> Child::wait_for(std::chrono::milliseconds timeout) {
 int Child::wait() { return *reap(true); }
 
 bool Child::running() { return !reap(false).has_value(); }
+
+std::string required_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    throw std::runtime_error(std::string(name) + " is not set (run the tests through meson test)");
+  }
+  return v;
+}
 
 std::vector<std::string> environment_with(const std::vector<std::string>& drop, const std::vector<std::string>& add) {
   std::vector<std::string> out;

@@ -1,45 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shared by test suites: temporary directories and child processes that run in the background
-// (to send them signals, read their output from a FIFO, time how long they take to exit).
+// Shared by every test suite: child processes that run in the background (to send them
+// signals, read their output from a FIFO, time how long they take to exit), and the
+// environment they get.
 // Plain C++ (no Catch2): failures are thrown as std::runtime_error.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace tftest {
-
-namespace fs = std::filesystem;
-
-/// A fresh directory from mkdtemp under $TMPDIR (or /tmp), removed recursively on destruction
-/// (read-only entries, such as complete cache blobs, included).
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& prefix = "tensorfetch-test");
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-
-/// Whole file as bytes ("" when it cannot be read).
-std::string slurp(const fs::path& path);
-
-/// Creates (or replaces) a file with these bytes, creating its directory.
-void spit(const fs::path& path, std::string_view bytes);
-
-/// Files under `dir` (recursively) whose name contains ".tmp-": what an interrupted atomic
-/// write would leave behind.
-std::vector<fs::path> temp_files(const fs::path& dir);
 
 /// Where a child's standard streams go: a path (opened by the child; created and truncated
 /// for output), or /dev/null when empty.
@@ -76,6 +49,10 @@ class Child {
   pid_t pid_ = -1;
   std::optional<int> status_;
 };
+
+/// The value of an environment variable that `meson test` sets (TENSORFETCH_BIN, ...); throws
+/// std::runtime_error naming it when it is unset or empty.
+std::string required_env(const char* name);
 
 /// Our environment without the variables whose names start with one of `drop`, plus `add`.
 std::vector<std::string> environment_with(const std::vector<std::string>& drop, const std::vector<std::string>& add);

@@ -7,7 +7,6 @@
 // "Another process" is simulated by a second Blob object of the same id: each Blob owns its own
 // file descriptors, and flock locks conflict between open file descriptions even in one process.
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +30,7 @@
 
 #include "cache/blob.h"
 #include "tensorfetch/cache.hpp"
+#include "support/env.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -45,26 +45,7 @@ namespace {
 constexpr std::uint64_t KiB = 1024;
 constexpr std::uint64_t MiB = 1024 * KiB;
 
-/// A fresh directory under the system temp directory, removed (with everything in it) on
-/// destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tf-blob-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) FAIL("mkdtemp failed: " << std::strerror(errno));
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const std::string& str() const { return path_; }
-
- private:
-  std::string path_;
-};
+using tftest::TempDir;
 
 /// Deterministic bytes: a different pattern for each seed.
 std::string pattern(std::size_t size, unsigned seed = 1) {
@@ -131,9 +112,7 @@ std::uint64_t disk_bytes_of(const std::string& path) {
 }
 
 nlohmann::json read_json(const std::string& path) {
-  auto text = tftest::read_file(path);
-  REQUIRE(text.has_value());
-  auto j = nlohmann::json::parse(*text, nullptr, false);
+  auto j = nlohmann::json::parse(tftest::read_file(path), nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
   return j;
 }
@@ -315,9 +294,9 @@ TEST_CASE("Blob::open creates a sparse data file of the full size and a meta.jso
   TempDir tmp;
   const std::uint64_t size = 64 * MiB;
   const auto id = td::blob_identity("https://example.com/m.safetensors?sig=secret", std::nullopt, std::string("\"etag-1\""), size);
-  auto b = open_blob(tmp.str(), id, size, "https://example.com/m.safetensors?sig=secret", std::string("\"etag-1\""));
+  auto b = open_blob(tmp.path().string(), id, size, "https://example.com/m.safetensors?sig=secret", std::string("\"etag-1\""));
 
-  const std::string dir = tmp.str() + "/blobs/" + id.id;
+  const std::string dir = tmp.path().string() + "/blobs/" + id.id;
   CHECK(b->id() == id.id);
   CHECK(b->size() == size);
   CHECK(b->data_path() == dir + "/data");
@@ -345,8 +324,8 @@ TEST_CASE("Blob::open creates a sparse data file of the full size and a meta.jso
 TEST_CASE("Blob::open records the sha256 of a sha256 identity", "[blob]") {
   TempDir tmp;
   const auto id = td::blob_identity("https://cdn.example/x", quoted(kHexUpper), std::nullopt, 10);
-  auto b = open_blob(tmp.str(), id, 10);
-  const auto meta = read_json(tmp.str() + "/blobs/" + id.id + "/meta.json");
+  auto b = open_blob(tmp.path().string(), id, 10);
+  const auto meta = read_json(tmp.path().string() + "/blobs/" + id.id + "/meta.json");
   CHECK(meta.at("sha256").get<std::string>() == kHexLower);
 }
 
@@ -357,7 +336,7 @@ TEST_CASE("write_at + commit: extents are persisted and seen by a new Blob", "[b
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
 
   {
-    auto b = open_blob(tmp.str(), id, size);
+    auto b = open_blob(tmp.path().string(), id, size);
     write_commit(*b, content, ByteRange{0, 4096});
     write_commit(*b, content, ByteRange{8192, 4096});
     write_commit(*b, content, ByteRange{4096, 4096});  // joins the two
@@ -372,14 +351,14 @@ TEST_CASE("write_at + commit: extents are persisted and seen by a new Blob", "[b
     CHECK(std::memcmp(view->data(), content.data(), 12288) == 0);
   }
   // A new object (as another process would) sees what was committed, and the bytes.
-  auto again = open_blob(tmp.str(), id, size);
+  auto again = open_blob(tmp.path().string(), id, size);
   CHECK(again->extents() == Ranges{{0, 12288}, {100 * KiB, 1000}});
   CHECK(held(*again, ByteRange{100 * KiB, 1000}));
   CHECK_FALSE(again->complete());
   CHECK(read_data(*again, ByteRange{0, 12288}) == content.substr(0, 12288));
   CHECK(read_data(*again, ByteRange{100 * KiB, 1000}) == content.substr(100 * KiB, 1000));
 
-  const auto meta = read_json(tmp.str() + "/blobs/" + id.id + "/meta.json");
+  const auto meta = read_json(tmp.path().string() + "/blobs/" + id.id + "/meta.json");
   CHECK(meta.at("extents") == nlohmann::json::parse("[[0, 12288], [102400, 1000]]"));
 }
 
@@ -389,8 +368,8 @@ TEST_CASE("commit merges with extents committed by another Blob of the same id",
   const std::string content = pattern(size);
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
 
-  auto a = open_blob(tmp.str(), id, size);
-  auto b = open_blob(tmp.str(), id, size);  // opened before a commits: its copy is empty
+  auto a = open_blob(tmp.path().string(), id, size);
+  auto b = open_blob(tmp.path().string(), id, size);  // opened before a commits: its copy is empty
   write_commit(*a, content, ByteRange{0, 100});
   write_commit(*b, content, ByteRange{200, 100});
   CHECK(b->extents() == Ranges{{0, 100}, {200, 100}});  // b merged a's commit, not overwrote it
@@ -403,7 +382,7 @@ TEST_CASE("commit merges with extents committed by another Blob of the same id",
   REQUIRE(r.has_value());
   CHECK(*r == Ranges{{0, 300}});
 
-  auto c = open_blob(tmp.str(), id, size);
+  auto c = open_blob(tmp.path().string(), id, size);
   CHECK(c->extents() == Ranges{{0, 300}});
   CHECK(read_data(*c, ByteRange{0, 300}) == content.substr(0, 300));
 }
@@ -414,19 +393,19 @@ TEST_CASE("uncommitted writes are not present after reopening", "[blob]") {
   const std::string content = pattern(size);
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, size);
   {
-    auto b = open_blob(tmp.str(), id, size);
+    auto b = open_blob(tmp.path().string(), id, size);
     REQUIRE(b->write_at(0, bytes(content, 0, 8192)).has_value());
     const Ranges half{{0, 4096}};
     REQUIRE(b->commit(half).has_value());
     REQUIRE(b->write_at(32 * KiB, bytes(content, 32 * KiB, 1000)).has_value());  // never committed
     CHECK_FALSE(held(*b, ByteRange{32 * KiB, 1000}));
   }
-  auto again = open_blob(tmp.str(), id, size);
+  auto again = open_blob(tmp.path().string(), id, size);
   CHECK(again->extents() == Ranges{{0, 4096}});
   CHECK_FALSE(held(*again, ByteRange{4096, 1}));
   CHECK_FALSE(held(*again, ByteRange{32 * KiB, 1000}));
 
-  auto entries = tf::cache_list(tmp.str());
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   REQUIRE(entries->size() == 1);
   CHECK((*entries)[0].present == 4096);
@@ -465,9 +444,9 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
     DYNAMIC_SECTION(row.name) {
       TempDir tmp;
       const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
-      const std::string dir = tmp.str() + "/blobs/" + id.id;
+      const std::string dir = tmp.path().string() + "/blobs/" + id.id;
       {
-        auto b = open_blob(tmp.str(), id, size);
+        auto b = open_blob(tmp.path().string(), id, size);
         write_commit(*b, content, ByteRange{0, size});
       }
       if (row.data_len == 1) {
@@ -477,14 +456,14 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
       } else {
         write_text(dir + "/meta.json", row.meta);
         // Listing never reports the bytes of an unreadable map as present.
-        auto entries = tf::cache_list(tmp.str());
+        auto entries = tf::cache_list(tmp.path().string());
         REQUIRE(entries.has_value());
         REQUIRE(entries->size() == 1);
         CHECK((*entries)[0].present == 0);
         CHECK_FALSE((*entries)[0].complete);
       }
 
-      auto b = open_blob(tmp.str(), id, size);
+      auto b = open_blob(tmp.path().string(), id, size);
       CHECK(b->extents().empty());
       CHECK_FALSE(b->complete());
       CHECK_FALSE(held(*b, ByteRange{0, 1}));
@@ -500,11 +479,11 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
 TEST_CASE("Blob::open refuses an existing blob recorded with another size", "[blob]") {
   TempDir tmp;
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), 100);
-  { auto b = open_blob(tmp.str(), id, 100); }
-  auto again = td::Blob::open(cache_at(tmp.str()), id, 200, "https://example.com/a", std::string("\"e\""));
+  { auto b = open_blob(tmp.path().string(), id, 100); }
+  auto again = td::Blob::open(cache_at(tmp.path().string()), id, 200, "https://example.com/a", std::string("\"e\""));
   CHECK_ERROR(again, ErrorCode::Integrity, "100", "200", id.id);
   // The blob itself is untouched.
-  auto same = open_blob(tmp.str(), id, 100);
+  auto same = open_blob(tmp.path().string(), id, 100);
   CHECK(same->size() == 100);
 }
 
@@ -516,41 +495,27 @@ TEST_CASE("commit refuses a range beyond the blob's size and keeps the committed
   TempDir tmp;
   const std::string content = pattern(1000);
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, 1000);
-  auto b = open_blob(tmp.str(), id, 1000);
+  auto b = open_blob(tmp.path().string(), id, 1000);
   write_commit(*b, content, ByteRange{0, 500});
   const Ranges past_end{{900, 200}};
   auto c = b->commit(past_end);
   CHECK_FALSE(c.has_value());
-  auto again = open_blob(tmp.str(), id, 1000);
+  auto again = open_blob(tmp.path().string(), id, 1000);
   CHECK(again->extents() == Ranges{{0, 500}});
 }
 
 TEST_CASE("default_cache_root: TENSORFETCH_CACHE, then XDG_CACHE_HOME, then HOME", "[blob]") {
-  auto saved = [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
-  const auto tc = saved("TENSORFETCH_CACHE"), xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
-  ::setenv("TENSORFETCH_CACHE", "/tmp/tc", 1);
-  ::setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
-  ::setenv("HOME", "/tmp/home", 1);
+  tftest::ScopedEnv env;
+  env.set("TENSORFETCH_CACHE", "/tmp/tc");
+  env.set("XDG_CACHE_HOME", "/tmp/xdg");
+  env.set("HOME", "/tmp/home");
   CHECK(td::default_cache_root() == "/tmp/tc");
   CHECK(tf::cache_root() == "/tmp/tc");
   CHECK(tf::cache_root("/explicit") == "/explicit");
-  ::unsetenv("TENSORFETCH_CACHE");
+  env.unset("TENSORFETCH_CACHE");
   CHECK(td::default_cache_root() == "/tmp/xdg/tensorfetch");
-  ::setenv("XDG_CACHE_HOME", "", 1);
+  env.set("XDG_CACHE_HOME", "");
   CHECK(td::default_cache_root() == "/tmp/home/.cache/tensorfetch");
-  auto restore = [](const char* name, const std::optional<std::string>& v) {
-    if (v) {
-      ::setenv(name, v->c_str(), 1);
-    } else {
-      ::unsetenv(name);
-    }
-  };
-  restore("TENSORFETCH_CACHE", tc);
-  restore("XDG_CACHE_HOME", xdg);
-  restore("HOME", home);
 }
 
 TEST_CASE("concurrent commits from several Blob objects and threads all end up recorded", "[blob][threads]") {
@@ -560,10 +525,10 @@ TEST_CASE("concurrent commits from several Blob objects and threads all end up r
   const std::uint64_t size = kThreads * kChunks * kChunk;
   const std::string content = pattern(size);
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, size);
-  auto shared = open_blob(tmp.str(), id, size);  // two threads share this one, two have their own
+  auto shared = open_blob(tmp.path().string(), id, size);  // two threads share this one, two have their own
 
   std::vector<std::unique_ptr<td::Blob>> own;
-  for (int t = 0; t < 2; ++t) own.push_back(open_blob(tmp.str(), id, size));
+  for (int t = 0; t < 2; ++t) own.push_back(open_blob(tmp.path().string(), id, size));
   std::vector<std::string> errors(kThreads);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -585,7 +550,7 @@ TEST_CASE("concurrent commits from several Blob objects and threads all end up r
   }
   for (auto& th : threads) th.join();
   for (const auto& e : errors) CHECK(e.empty());
-  auto fresh = open_blob(tmp.str(), id, size);
+  auto fresh = open_blob(tmp.path().string(), id, size);
   CHECK(fresh->extents() == Ranges{{0, size}});
   CHECK(read_data(*fresh, ByteRange{0, size}) == content);
 }
@@ -601,13 +566,13 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
   const auto id = td::blob_identity("https://x/y", std::nullopt, std::string("\"e\""), content.size());
   const uid_t uid = ::geteuid() == 0 ? 65534 : ::geteuid();
   const gid_t gid = ::geteuid() == 0 ? 65534 : ::getegid();
-  REQUIRE(::chown(tmp.str().c_str(), uid, gid) == 0);
+  REQUIRE(::chown(tmp.path().string().c_str(), uid, gid) == 0);
   // The child reports: 0 refetch works, 1 write_at failed, 2 commit failed, 3+ setup failed.
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     if (::getuid() == 0 && (::setgid(gid) != 0 || ::setuid(uid) != 0)) ::_exit(10);
-    auto cache = td::CacheDir::open(tmp.str(), td::Sharing::Private, true);
+    auto cache = td::CacheDir::open(tmp.path().string(), td::Sharing::Private, true);
     if (!cache) ::_exit(14);
     {
       auto b = td::Blob::open(*cache, id, content.size(), "https://x/y", std::nullopt);
@@ -617,7 +582,7 @@ TEST_CASE("a complete blob whose meta.json is corrupted can be fetched again by 
       }
     }
     {
-      std::ofstream meta(tmp.str() + "/blobs/" + id.id + "/meta.json", std::ios::trunc);
+      std::ofstream meta(tmp.path().string() + "/blobs/" + id.id + "/meta.json", std::ios::trunc);
       meta << "garbage";
     }
     auto b = td::Blob::open(*cache, id, content.size(), "https://x/y", std::nullopt);
@@ -643,7 +608,7 @@ TEST_CASE("an empty remote file: opens, finishes, stays complete", "[blob][finis
   const auto id = sha_identity("");
   REQUIRE(id.sha256 == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   {
-    auto b = open_blob(tmp.str(), id, 0);
+    auto b = open_blob(tmp.path().string(), id, 0);
     CHECK(held(*b, ByteRange{0, 0}));
     auto f = b->finish("empty");
     INFO(error_text(f));
@@ -653,10 +618,10 @@ TEST_CASE("an empty remote file: opens, finishes, stays complete", "[blob][finis
     REQUIRE(view.has_value());
     CHECK(view->empty());
   }
-  auto again = open_blob(tmp.str(), id, 0);
+  auto again = open_blob(tmp.path().string(), id, 0);
   CHECK(again->complete());
   CHECK(again->extents().empty());
-  CHECK(tf::cache_verify(*id.sha256, tmp.str()).has_value());
+  CHECK(tf::cache_verify(*id.sha256, tmp.path().string()).has_value());
 }
 
 // finish() records `{ByteRange{0, size}}` as the extents of a complete blob; for an empty file
@@ -664,10 +629,10 @@ TEST_CASE("an empty remote file: opens, finishes, stays complete", "[blob][finis
 // a reader then normalizes away).
 TEST_CASE("an empty remote file: extents() stays a RangeSet after finish", "[blob][finish]") {
   TempDir tmp;
-  auto b = open_blob(tmp.str(), sha_identity(""), 0);
+  auto b = open_blob(tmp.path().string(), sha_identity(""), 0);
   REQUIRE(b->finish("empty").has_value());
   CHECK(b->extents() == Ranges{});
-  CHECK(read_json(tmp.str() + "/blobs/" + b->id() + "/meta.json").at("extents").empty());
+  CHECK(read_json(tmp.path().string() + "/blobs/" + b->id() + "/meta.json").at("extents").empty());
 }
 
 TEST_CASE("finish: a complete blob with the right sha256 becomes complete and read-only", "[blob][finish]") {
@@ -675,9 +640,9 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
   const std::string content = pattern(300 * KiB, 7);
   const auto id = sha_identity(content);
   REQUIRE(id.sha256.has_value());
-  const std::string dir = tmp.str() + "/blobs/" + *id.sha256;  // where a verified blob goes
+  const std::string dir = tmp.path().string() + "/blobs/" + *id.sha256;  // where a verified blob goes
   {
-    auto b = open_blob(tmp.str(), id, content.size());
+    auto b = open_blob(tmp.path().string(), id, content.size());
     CHECK(b->id() == id.id);
     write_commit(*b, content, ByteRange{0, 100 * KiB});
     write_commit(*b, content, ByteRange{100 * KiB, content.size() - 100 * KiB});
@@ -690,7 +655,7 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
     // Verified: renamed from this origin's id to the bare sha256, which every origin may read.
     CHECK(b->id() == *id.sha256);
     CHECK(b->data_path() == dir + "/data");
-    CHECK_FALSE(fs::exists(tmp.str() + "/blobs/" + id.id));
+    CHECK_FALSE(fs::exists(tmp.path().string() + "/blobs/" + id.id));
     CHECK((stat_of(dir + "/data").st_mode & 07777) == 0400);
     CHECK(b->finish("again").has_value());  // a no-op once complete
   }
@@ -698,12 +663,12 @@ TEST_CASE("finish: a complete blob with the right sha256 becomes complete and re
   CHECK(meta.at("complete").get<bool>());
   CHECK(meta.at("sha256").get<std::string>() == *id.sha256);
 
-  auto again = open_blob(tmp.str(), id, content.size());
+  auto again = open_blob(tmp.path().string(), id, content.size());
   CHECK(again->complete());
   CHECK(again->extents() == Ranges{{0, content.size()}});
   CHECK(read_data(*again, ByteRange{0, content.size()}) == content);
 
-  auto entries = tf::cache_list(tmp.str());
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   REQUIRE(entries->size() == 1);
   CHECK((*entries)[0].complete);
@@ -716,7 +681,7 @@ TEST_CASE("finish: a blob without a known hash is marked complete without hashin
   TempDir tmp;
   const std::string content = pattern(5000);
   const auto id = td::blob_identity("https://example.com/small.json", std::nullopt, std::string("\"gitblob\""), content.size());
-  auto b = open_blob(tmp.str(), id, content.size());
+  auto b = open_blob(tmp.path().string(), id, content.size());
   write_commit(*b, content, ByteRange{0, content.size()});
   REQUIRE(b->finish("small.json").has_value());
   CHECK(b->complete());
@@ -728,9 +693,9 @@ TEST_CASE("finish: a wrong sha256 is an Integrity error and discards the bytes",
   const std::string content = pattern(512 * KiB, 1);
   const std::string expected = pattern(512 * KiB, 2);  // what the server said the file is
   const auto id = sha_identity(expected);
-  const std::string dir = tmp.str() + "/blobs/" + id.id;
+  const std::string dir = tmp.path().string() + "/blobs/" + id.id;
   {
-    auto b = open_blob(tmp.str(), id, content.size());
+    auto b = open_blob(tmp.path().string(), id, content.size());
     write_commit(*b, content, ByteRange{0, content.size()});
     REQUIRE(disk_bytes_of(dir + "/data") >= content.size());
     auto f = b->finish("model-00001.safetensors");
@@ -747,7 +712,7 @@ TEST_CASE("finish: a wrong sha256 is an Integrity error and discards the bytes",
   CHECK_FALSE(meta.at("complete").get<bool>());
   CHECK(meta.at("extents").empty());
   {
-    auto again = open_blob(tmp.str(), id, content.size());
+    auto again = open_blob(tmp.path().string(), id, content.size());
     CHECK(again->extents().empty());
     CHECK_FALSE(again->complete());
     // The right bytes can still be fetched and verified afterwards.
@@ -763,7 +728,7 @@ TEST_CASE("finish: a partial blob is left as it is", "[blob][finish]") {
   TempDir tmp;
   const std::string content = pattern(10000, 3);
   const auto id = sha_identity(pattern(10000, 4));  // wrong hash: it must not even be checked
-  auto b = open_blob(tmp.str(), id, content.size());
+  auto b = open_blob(tmp.path().string(), id, content.size());
   write_commit(*b, content, ByteRange{0, 5000});
   write_commit(*b, content, ByteRange{5001, 4999});  // one byte missing
   auto f = b->finish("x");
@@ -772,7 +737,7 @@ TEST_CASE("finish: a partial blob is left as it is", "[blob][finish]") {
   CHECK_FALSE(b->complete());
   CHECK(b->extents() == Ranges{{0, 5000}, {5001, 4999}});
   CHECK((stat_of(b->data_path()).st_mode & 07777) == 0600);
-  auto again = open_blob(tmp.str(), id, content.size());
+  auto again = open_blob(tmp.path().string(), id, content.size());
   CHECK(again->extents() == Ranges{{0, 5000}, {5001, 4999}});
 }
 
@@ -785,8 +750,8 @@ TEST_CASE("commit does not resurrect extents another Blob discarded after a hash
   TempDir tmp;
   const std::string content = pattern(200, 1);
   const auto id = sha_identity(pattern(200, 2));  // the download is wrong
-  auto a = open_blob(tmp.str(), id, content.size());
-  auto b = open_blob(tmp.str(), id, content.size());
+  auto a = open_blob(tmp.path().string(), id, content.size());
+  auto b = open_blob(tmp.path().string(), id, content.size());
   write_commit(*a, content, ByteRange{0, 100});    // process A: first half
   write_commit(*b, content, ByteRange{100, 100});  // process B: second half; B now sees all
   CHECK_ERROR(b->finish("f"), ErrorCode::Integrity);  // B discards everything, punches it out
@@ -794,7 +759,7 @@ TEST_CASE("commit does not resurrect extents another Blob discarded after a hash
 
   // A, unaware, commits a re-fetched chunk.
   write_commit(*a, content, ByteRange{150, 10});
-  auto c = open_blob(tmp.str(), id, content.size());
+  auto c = open_blob(tmp.path().string(), id, content.size());
   INFO("extents after A's commit: " << Catch::StringMaker<Ranges>::convert(c->extents()));
   CHECK(c->extents() == Ranges{{150, 10}});
   CHECK_FALSE(held(*c, ByteRange{0, 100}));  // these bytes were punched out: they read as zeros
@@ -806,7 +771,7 @@ TEST_CASE("commit does not resurrect extents another Blob discarded after a hash
 TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][cache_api]") {
   TempDir tmp;
   {
-    auto none = tf::cache_list(tmp.str() + "/does-not-exist");
+    auto none = tf::cache_list(tmp.path().string() + "/does-not-exist");
     REQUIRE(none.has_value());
     CHECK(none->empty());
   }
@@ -816,15 +781,15 @@ TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][c
   const std::string small = pattern(3000, 9);
   const auto complete_id = sha_identity(small);
 
-  auto partial = open_blob(tmp.str(), partial_id, size, "https://example.com/partial?x=1");
+  auto partial = open_blob(tmp.path().string(), partial_id, size, "https://example.com/partial?x=1");
   write_commit(*partial, content, ByteRange{0, MiB});
   {
-    auto c = open_blob(tmp.str(), complete_id, small.size());
+    auto c = open_blob(tmp.path().string(), complete_id, small.size());
     write_commit(*c, small, ByteRange{0, small.size()});
     REQUIRE(c->finish("small").has_value());
   }
 
-  auto entries = tf::cache_list(tmp.str());
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   CHECK(entries->size() == 2);
   auto p = find_entry(*entries, partial_id.id);
@@ -849,12 +814,12 @@ TEST_CASE("cache_list: present and disk bytes, complete flag, in use", "[blob][c
   CHECK_FALSE(c->in_use);  // closed
 
   // The private listing agrees.
-  auto blobs = td::list_blobs(*cache_at(tmp.str()));
+  auto blobs = td::list_blobs(*cache_at(tmp.path().string()));
   REQUIRE(blobs.has_value());
   CHECK(blobs->size() == 2);
 
   partial.reset();
-  entries = tf::cache_list(tmp.str());
+  entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   p = find_entry(*entries, partial_id.id);
   REQUIRE(p.has_value());
@@ -867,13 +832,13 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
     const auto id = td::blob_identity("https://example.com/f" + std::to_string(i), std::nullopt, std::nullopt, 10);
-    { auto b = open_blob(tmp.str(), id, 10); }
+    { auto b = open_blob(tmp.path().string(), id, 10); }
     ids.push_back(id.id);
   }
-  set_last_used(tmp.str(), ids[0], now - 100);
-  set_last_used(tmp.str(), ids[1], now - 300);
-  set_last_used(tmp.str(), ids[2], now - 200);
-  auto entries = tf::cache_list(tmp.str());
+  set_last_used(tmp.path().string(), ids[0], now - 100);
+  set_last_used(tmp.path().string(), ids[1], now - 300);
+  set_last_used(tmp.path().string(), ids[2], now - 200);
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   REQUIRE(entries->size() == 3);
   CHECK((*entries)[0].id == ids[1]);
@@ -882,8 +847,8 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
   CHECK((*entries)[0].last_used == now - 300);
 
   // Opening a blob makes it the most recently used.
-  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/f1", std::nullopt, std::nullopt, 10), 10); }
-  entries = tf::cache_list(tmp.str());
+  { auto b = open_blob(tmp.path().string(), td::blob_identity("https://example.com/f1", std::nullopt, std::nullopt, 10), 10); }
+  entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   CHECK(entries->back().id == ids[1]);
 }
@@ -891,32 +856,32 @@ TEST_CASE("cache_list: least recently used first", "[blob][cache_api]") {
 TEST_CASE("cache_remove: refuses a blob in use, removes it once closed", "[blob][cache_api]") {
   TempDir tmp;
   const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::nullopt, 1000);
-  const std::string dir = tmp.str() + "/blobs/" + id.id;
-  auto b = open_blob(tmp.str(), id, 1000);
+  const std::string dir = tmp.path().string() + "/blobs/" + id.id;
+  auto b = open_blob(tmp.path().string(), id, 1000);
   write_commit(*b, pattern(1000), ByteRange{0, 1000});
 
-  CHECK_ERROR(tf::cache_remove(id.id, tmp.str()), ErrorCode::Busy, "in use");
+  CHECK_ERROR(tf::cache_remove(id.id, tmp.path().string()), ErrorCode::Busy, "in use");
   CHECK(fs::exists(dir + "/data"));
   CHECK(fs::exists(dir + "/meta.json"));
 
   b.reset();
-  auto r = tf::cache_remove(id.id, tmp.str());
+  auto r = tf::cache_remove(id.id, tmp.path().string());
   INFO(error_text(r));
   CHECK(r.has_value());
   CHECK_FALSE(fs::exists(dir));
   // Nothing left behind (no trash directory either).
-  CHECK(fs::is_empty(tmp.str() + "/blobs"));
-  auto entries = tf::cache_list(tmp.str());
+  CHECK(fs::is_empty(tmp.path().string() + "/blobs"));
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   CHECK(entries->empty());
 
   SECTION("unknown and malformed ids") {
-    CHECK_ERROR(tf::cache_remove(id.id, tmp.str()), ErrorCode::NotFound);
-    CHECK_ERROR(tf::cache_remove("", tmp.str()), ErrorCode::InvalidArgument);
-    CHECK_ERROR(tf::cache_remove("../blobs", tmp.str()), ErrorCode::InvalidArgument);
-    CHECK_ERROR(tf::cache_remove(".", tmp.str()), ErrorCode::InvalidArgument);
-    CHECK_ERROR(tf::cache_remove("..", tmp.str()), ErrorCode::InvalidArgument);
-    CHECK(fs::exists(tmp.str() + "/blobs"));
+    CHECK_ERROR(tf::cache_remove(id.id, tmp.path().string()), ErrorCode::NotFound);
+    CHECK_ERROR(tf::cache_remove("", tmp.path().string()), ErrorCode::InvalidArgument);
+    CHECK_ERROR(tf::cache_remove("../blobs", tmp.path().string()), ErrorCode::InvalidArgument);
+    CHECK_ERROR(tf::cache_remove(".", tmp.path().string()), ErrorCode::InvalidArgument);
+    CHECK_ERROR(tf::cache_remove("..", tmp.path().string()), ErrorCode::InvalidArgument);
+    CHECK(fs::exists(tmp.path().string() + "/blobs"));
   }
 }
 
@@ -929,18 +894,18 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
   std::vector<td::BlobIdentity> ids;
   for (int i = 0; i < 3; ++i) {  // three blobs holding 1 MiB each
     ids.push_back(td::blob_identity("https://example.com/shard" + std::to_string(i), std::nullopt, std::nullopt, size));
-    auto b = open_blob(tmp.str(), ids.back(), size);
+    auto b = open_blob(tmp.path().string(), ids.back(), size);
     write_commit(*b, content, ByteRange{0, MiB});
   }
   auto oldest_first = [&] {  // ids[0] oldest, ids[2] newest
-    set_last_used(tmp.str(), ids[0].id, now - 3000);
-    set_last_used(tmp.str(), ids[1].id, now - 2000);
-    set_last_used(tmp.str(), ids[2].id, now - 1000);
+    set_last_used(tmp.path().string(), ids[0].id, now - 3000);
+    set_last_used(tmp.path().string(), ids[1].id, now - 2000);
+    set_last_used(tmp.path().string(), ids[2].id, now - 1000);
   };
-  auto exists = [&](int i) { return fs::exists(tmp.str() + "/blobs/" + ids[i].id); };
+  auto exists = [&](int i) { return fs::exists(tmp.path().string() + "/blobs/" + ids[i].id); };
   oldest_first();
 
-  auto entries = tf::cache_list(tmp.str());
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   REQUIRE(entries->size() == 3);
   std::uint64_t total = 0;
@@ -949,7 +914,7 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
   const std::uint64_t middle_bytes = find_entry(*entries, ids[1].id)->disk_bytes;
 
   SECTION("nothing to do under the limit") {
-    auto r = tf::cache_prune(total, tmp.str());
+    auto r = tf::cache_prune(total, tmp.path().string());
     REQUIRE(r.has_value());
     CHECK(r->removed == 0);
     CHECK(r->freed_bytes == 0);
@@ -957,7 +922,7 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
     CHECK((exists(0) && exists(1) && exists(2)));
   }
   SECTION("removes the least recently used down to the limit") {
-    auto r = tf::cache_prune(newest_bytes + middle_bytes / 2, tmp.str());
+    auto r = tf::cache_prune(newest_bytes + middle_bytes / 2, tmp.path().string());
     REQUIRE(r.has_value());
     CHECK(r->removed == 2);
     CHECK(r->freed_bytes == total - newest_bytes);
@@ -968,16 +933,16 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
     CHECK(exists(2));
   }
   SECTION("stops as soon as the cache fits") {
-    auto r = tf::cache_prune(total - 1, tmp.str());
+    auto r = tf::cache_prune(total - 1, tmp.path().string());
     REQUIRE(r.has_value());
     CHECK(r->removed == 1);
     CHECK_FALSE(exists(0));
     CHECK((exists(1) && exists(2)));
   }
   SECTION("skips the least recently used blob while it is in use") {
-    auto in_use = open_blob(tmp.str(), ids[0], size);
+    auto in_use = open_blob(tmp.path().string(), ids[0], size);
     oldest_first();  // opening made ids[0] the newest; make it the oldest again
-    auto r = tf::cache_prune(newest_bytes + middle_bytes / 2, tmp.str());
+    auto r = tf::cache_prune(newest_bytes + middle_bytes / 2, tmp.path().string());
     REQUIRE(r.has_value());
     CHECK(r->skipped_in_use == 1);
     CHECK(r->removed == 2);
@@ -987,8 +952,8 @@ TEST_CASE("cache_prune: least recently used first, down to the limit, skipping b
     CHECK(in_use->extents() == Ranges{{0, MiB}});
   }
   SECTION("limit 0 removes everything not in use") {
-    auto in_use = open_blob(tmp.str(), ids[1], size);
-    auto r = tf::cache_prune(0, tmp.str());
+    auto in_use = open_blob(tmp.path().string(), ids[1], size);
+    auto r = tf::cache_prune(0, tmp.path().string());
     REQUIRE(r.has_value());
     CHECK(r->removed == 2);
     CHECK(r->skipped_in_use == 1);
@@ -1003,14 +968,14 @@ TEST_CASE("cache_verify: a byte flipped in a complete blob is detected and disca
   TempDir tmp;
   const std::string content = pattern(200 * KiB, 5);
   const auto id = sha_identity(content);
-  const std::string data = tmp.str() + "/blobs/" + *id.sha256 + "/data";  // verified: renamed
+  const std::string data = tmp.path().string() + "/blobs/" + *id.sha256 + "/data";  // verified: renamed
   {
-    auto b = open_blob(tmp.str(), id, content.size());
+    auto b = open_blob(tmp.path().string(), id, content.size());
     write_commit(*b, content, ByteRange{0, content.size()});
     REQUIRE(b->finish("m").has_value());
   }
   {
-    auto ok = tf::cache_verify(*id.sha256, tmp.str());
+    auto ok = tf::cache_verify(*id.sha256, tmp.path().string());
     INFO(error_text(ok));
     CHECK(ok.has_value());
   }
@@ -1028,16 +993,16 @@ TEST_CASE("cache_verify: a byte flipped in a complete blob is detected and disca
   }
   fs::permissions(data, fs::perms::owner_write, fs::perm_options::remove);
 
-  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.str()), ErrorCode::Integrity, "sha256", *id.sha256);
+  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.path().string()), ErrorCode::Integrity, "sha256", *id.sha256);
 
-  auto entries = tf::cache_list(tmp.str());
+  auto entries = tf::cache_list(tmp.path().string());
   REQUIRE(entries.has_value());
   REQUIRE(entries->size() == 1);
   CHECK((*entries)[0].present == 0);
   CHECK_FALSE((*entries)[0].complete);
   CHECK(disk_bytes_of(data) < 64 * KiB);  // punched out
 
-  auto again = open_blob(tmp.str(), id, content.size());
+  auto again = open_blob(tmp.path().string(), id, content.size());
   CHECK(again->extents().empty());
   CHECK_FALSE(again->complete());
   CHECK_FALSE(held(*again, ByteRange{0, 1}));
@@ -1050,18 +1015,18 @@ TEST_CASE("cache_verify: partial blobs and blobs without a hash only have their 
   const auto partial_id = sha_identity(content);
   const auto nohash_id = td::blob_identity("https://example.com/x", std::nullopt, std::nullopt, content.size());
   {
-    auto b = open_blob(tmp.str(), partial_id, content.size());
+    auto b = open_blob(tmp.path().string(), partial_id, content.size());
     write_commit(*b, content, ByteRange{0, 1000});
-    auto n = open_blob(tmp.str(), nohash_id, content.size());
+    auto n = open_blob(tmp.path().string(), nohash_id, content.size());
     write_commit(*n, content, ByteRange{0, content.size()});
     REQUIRE(n->finish("x").has_value());
   }
-  CHECK(tf::cache_verify(partial_id.id, tmp.str()).has_value());
-  CHECK(tf::cache_verify(nohash_id.id, tmp.str()).has_value());
+  CHECK(tf::cache_verify(partial_id.id, tmp.path().string()).has_value());
+  CHECK(tf::cache_verify(nohash_id.id, tmp.path().string()).has_value());
 
   // A data file of the wrong size is reported.
-  REQUIRE(::truncate((tmp.str() + "/blobs/" + partial_id.id + "/data").c_str(), 10) == 0);
-  CHECK_ERROR(tf::cache_verify(partial_id.id, tmp.str()), ErrorCode::Integrity, "size");
+  REQUIRE(::truncate((tmp.path().string() + "/blobs/" + partial_id.id + "/data").c_str(), 10) == 0);
+  CHECK_ERROR(tf::cache_verify(partial_id.id, tmp.path().string()), ErrorCode::Integrity, "size");
 }
 
 // `tensorfetch cache verify TYPO` should say the blob does not exist (exit 1), not that a blob
@@ -1070,49 +1035,21 @@ TEST_CASE("cache_verify: partial blobs and blobs without a hash only have their 
 TEST_CASE("cache_verify: an unknown id is NotFound, not an integrity failure",
           "[blob][cache_api][verify]") {
   TempDir tmp;
-  { auto b = open_blob(tmp.str(), td::blob_identity("https://example.com/x", std::nullopt, std::nullopt, 10), 10); }
-  CHECK_ERROR(tf::cache_verify("u0000000000000000000000000000000000000000", tmp.str()), ErrorCode::NotFound);
+  { auto b = open_blob(tmp.path().string(), td::blob_identity("https://example.com/x", std::nullopt, std::nullopt, 10), 10); }
+  CHECK_ERROR(tf::cache_verify("u0000000000000000000000000000000000000000", tmp.path().string()), ErrorCode::NotFound);
 }
 
 // --------------------------------------------------------------------------------------------
 // A full disk
 
-namespace {
-
-/// A 1 MiB tmpfs mounted on a temporary directory (needs root); unmounted on destruction.
-class SmallTmpfs {
- public:
-  SmallTmpfs() {
-    if (::mount("tmpfs", dir_.str().c_str(), "tmpfs", 0, "size=1M") == 0) {
-      mounted_ = true;
-    } else {
-      error_ = std::strerror(errno);
-    }
-  }
-  ~SmallTmpfs() {
-    if (mounted_) ::umount2(dir_.str().c_str(), MNT_DETACH);
-  }
-  SmallTmpfs(const SmallTmpfs&) = delete;
-  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
-  [[nodiscard]] bool mounted() const { return mounted_; }
-  [[nodiscard]] const std::string& error() const { return error_; }
-  [[nodiscard]] const std::string& str() const { return dir_.str(); }
-
- private:
-  TempDir dir_;
-  bool mounted_ = false;
-  std::string error_;
-};
-
-}  // namespace
-
 TEST_CASE("a full disk: write_at fails with an Io error saying so, and nothing is recorded", "[blob][disk_full]") {
-  SmallTmpfs fs_small;
+  TempDir tmp;
+  tftest::ScopedTmpfs fs_small(tmp / "disk", "1M");
   if (!fs_small.mounted()) {
     WARN("SKIPPED: cannot mount a 1 MiB tmpfs (" << fs_small.error() << "); the full-disk test needs root");
     return;
   }
-  const std::string root = fs_small.str() + "/cache";
+  const std::string root = (fs_small.path() / "cache").string();
   const std::uint64_t size = 4 * MiB;
   const std::string content = pattern(size);
   const auto id = td::blob_identity("https://example.com/big", std::nullopt, std::string("\"e\""), size);
@@ -1160,10 +1097,10 @@ TEST_CASE("provenance: partial bytes of one origin are not seen by another claim
   const auto a = td::blob_identity("https://hub-a.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
   const auto b = td::blob_identity("https://hub-b.example/o/m/resolve/main/x", quoted(sha), std::nullopt, honest.size());
   REQUIRE(a.id != b.id);
-  auto from_b = open_blob(tmp.str(), b, honest.size());
+  auto from_b = open_blob(tmp.path().string(), b, honest.size());
   const std::string lie = pattern(4096, 2);
   write_commit(*from_b, lie, ByteRange{0, 2048});
-  auto from_a = open_blob(tmp.str(), a, honest.size());
+  auto from_a = open_blob(tmp.path().string(), a, honest.size());
   CHECK(from_a->extents().empty());
   CHECK_FALSE(held(*from_a, ByteRange{0, 1}));
   // B completing its lie fails verification and discards it; A's own fetch verifies and becomes
@@ -1173,7 +1110,7 @@ TEST_CASE("provenance: partial bytes of one origin are not seen by another claim
   write_commit(*from_a, honest, ByteRange{0, honest.size()});
   REQUIRE(from_a->finish("x").has_value());
   CHECK(from_a->id() == sha);
-  auto b_again = open_blob(tmp.str(), b, honest.size());
+  auto b_again = open_blob(tmp.path().string(), b, honest.size());
   CHECK(b_again->shared_verified());
   CHECK(b_again->complete());
   CHECK(read_data(*b_again, ByteRange{0, honest.size()}) == honest);
@@ -1186,23 +1123,23 @@ TEST_CASE("provenance: a meta.json recorded for another origin (or none) holds n
   const std::string content = pattern(1000, 3);
   const auto id = td::blob_identity("https://hub-a.example/x", quoted(td::sha256_hex(content)), std::nullopt, content.size());
   {
-    auto blob = open_blob(tmp.str(), id, content.size());
+    auto blob = open_blob(tmp.path().string(), id, content.size());
     write_commit(*blob, content, ByteRange{0, 500});
   }
-  const std::string meta_path = tmp.str() + "/blobs/" + id.id + "/meta.json";
+  const std::string meta_path = tmp.path().string() + "/blobs/" + id.id + "/meta.json";
   auto meta = read_json(meta_path);
   CHECK(meta.at("origin") == "https://hub-a.example");
   meta["origin"] = "https://elsewhere.example";
   write_text(meta_path, meta.dump());
-  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+  CHECK(open_blob(tmp.path().string(), id, content.size())->extents().empty());
   {
-    auto blob = open_blob(tmp.str(), id, content.size());
+    auto blob = open_blob(tmp.path().string(), id, content.size());
     write_commit(*blob, content, ByteRange{0, 500});
   }
   meta = read_json(meta_path);
   meta.erase("origin");  // as an older cache wrote it
   write_text(meta_path, meta.dump());
-  CHECK(open_blob(tmp.str(), id, content.size())->extents().empty());
+  CHECK(open_blob(tmp.path().string(), id, content.size())->extents().empty());
 }
 
 TEST_CASE("provenance: a shared blob discarded by cache verify makes way for the next verified one",
@@ -1211,24 +1148,24 @@ TEST_CASE("provenance: a shared blob discarded by cache verify makes way for the
   const std::string content = pattern(3000, 4);
   const auto id = sha_identity(content);
   {
-    auto blob = open_blob(tmp.str(), id, content.size());
+    auto blob = open_blob(tmp.path().string(), id, content.size());
     write_commit(*blob, content, ByteRange{0, content.size()});
     REQUIRE(blob->finish("x").has_value());
     REQUIRE(blob->id() == *id.sha256);
   }
-  const std::string data = tmp.str() + "/blobs/" + *id.sha256 + "/data";
+  const std::string data = tmp.path().string() + "/blobs/" + *id.sha256 + "/data";
   fs::permissions(data, fs::perms::owner_write, fs::perm_options::add);
   {
     std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(10);
     f.put('\x7f');
   }
-  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.str()), ErrorCode::Integrity);
-  auto again = open_blob(tmp.str(), id, content.size());  // not the discarded shared one
+  CHECK_ERROR(tf::cache_verify(*id.sha256, tmp.path().string()), ErrorCode::Integrity);
+  auto again = open_blob(tmp.path().string(), id, content.size());  // not the discarded shared one
   CHECK_FALSE(again->shared_verified());
   CHECK(again->id() == id.id);
   write_commit(*again, content, ByteRange{0, content.size()});
   REQUIRE(again->finish("x").has_value());
   CHECK(again->id() == *id.sha256);
-  CHECK(tf::cache_verify(*id.sha256, tmp.str()).has_value());
+  CHECK(tf::cache_verify(*id.sha256, tmp.path().string()).has_value());
 }

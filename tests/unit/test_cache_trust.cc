@@ -27,37 +27,8 @@ using tf::ErrorCode;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tf-trust-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::recursive_directory_iterator();
-         it.increment(ec)) {
-      if (!it->is_symlink()) fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
-    }
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] fs::path operator/(const std::string& n) const { return path_ / n; }
-
- private:
-  fs::path path_;
-};
-
-void write_text(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  FILE* f = std::fopen(p.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  std::fwrite(text.data(), 1, text.size(), f);
-  std::fclose(f);
-}
+using tftest::TempDir;
+using tftest::write_file;
 
 mode_t mode_of(const fs::path& p) {
   struct stat st {};
@@ -75,7 +46,7 @@ std::map<std::string, std::string> tree(const fs::path& dir) {
     REQUIRE(::lstat(it->path().c_str(), &st) == 0);
     std::string v = std::to_string(st.st_mode) + " " + std::to_string(st.st_uid) + " ";
     if (S_ISLNK(st.st_mode)) v += "-> " + fs::read_symlink(it->path()).string();
-    if (S_ISREG(st.st_mode)) v += tftest::read_file(it->path()).value_or("?");
+    if (S_ISREG(st.st_mode)) v += tftest::try_read_file(it->path()).value_or("?");
     out[fs::relative(it->path(), dir).string()] = v;
   }
   return out;
@@ -177,7 +148,7 @@ TEST_CASE("cache trust: a symlink planted at a blob's data, meta.json or lock is
       const fs::path dir = make_blob(root, content);
       // The victim: a read-only file of the user's, outside the cache.
       const fs::path victim = tmp / "outside" / "victim.txt";
-      write_text(victim, "precious bytes that must not change");
+      write_file(victim, "precious bytes that must not change");
       ::chmod(victim.c_str(), 0444);
       const auto before = tree(tmp / "outside");
       fs::remove(dir / name);
@@ -212,13 +183,13 @@ TEST_CASE("cache trust: a read-only target behind a planted data link of a compl
     dir = fs::path((*b)->data_path()).parent_path();
   }
   const fs::path victim = tmp / "outside" / "readonly.bin";
-  write_text(victim, std::string(content.size(), 'v'));
+  write_file(victim, std::string(content.size(), 'v'));
   ::chmod(victim.c_str(), 0444);
   const auto before = tree(tmp / "outside");
   fs::permissions(dir / "data", fs::perms::owner_write, fs::perm_options::add);
   fs::remove(dir / "data");
   fs::create_symlink(victim, dir / "data");
-  write_text(dir / "meta.json", "garbage: no longer complete, so the blob would be fetched again");
+  write_file(dir / "meta.json", "garbage: no longer complete, so the blob would be fetched again");
   auto b = open_blob(root, id, content.size());
   CHECK_ERROR(b, ErrorCode::Io, "symbolic link");
   CHECK(tree(tmp / "outside") == before);
@@ -231,7 +202,7 @@ TEST_CASE("cache trust: a blob directory, blobs/ or the cache root that is a sym
   const std::string content = content_of(1000);
   const auto id = identity_of(content);
   const fs::path outside = tmp / "outside";
-  write_text(outside / "keep.txt", "keep");
+  write_file(outside / "keep.txt", "keep");
   const auto before = tree(outside);
   SECTION("blobs/ID") {
     const fs::path root = tmp / "cache";
@@ -322,9 +293,9 @@ TEST_CASE("cache trust: cache rm, prune, verify and ls never follow a link plant
   const fs::path root = tmp / "cache";
   make_blob(root, content_of(5000));
   const fs::path outside = tmp / "outside";
-  write_text(outside / "dir" / "data", "precious");
-  write_text(outside / "dir" / "meta.json", R"({"size":8,"complete":true,"extents":[[0,8]]})");
-  write_text(outside / "file", "precious too");
+  write_file(outside / "dir" / "data", "precious");
+  write_file(outside / "dir" / "meta.json", R"({"size":8,"complete":true,"extents":[[0,8]]})");
+  write_file(outside / "file", "precious too");
   fs::create_directory_symlink(outside / "dir", root / "blobs" / "planted-dir");
   fs::create_symlink(outside / "file", root / "blobs" / "planted-file");
   const auto before = tree(outside);

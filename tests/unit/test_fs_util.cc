@@ -25,32 +25,8 @@ using tensorfetch::ErrorCode;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tf-fsutil-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-void write_text(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  FILE* f = std::fopen(p.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  std::fwrite(text.data(), 1, text.size(), f);
-  std::fclose(f);
-}
+using tftest::TempDir;
+using tftest::write_file;
 
 std::string read_fd(int fd) {
   std::string out;
@@ -72,7 +48,7 @@ std::map<std::string, std::string> tree(const fs::path& dir) {
     if (S_ISLNK(st.st_mode)) {
       v += "-> " + fs::read_symlink(it->path()).string();
     } else if (S_ISREG(st.st_mode)) {
-      v += tftest::read_file(it->path()).value_or("?");
+      v += tftest::try_read_file(it->path()).value_or("?");
     }
     out[fs::relative(it->path(), dir).string()] = v;
   }
@@ -122,7 +98,7 @@ TEST_CASE("fs_util: open_dir_at creates missing directories with exactly the mod
   const fs::path outside = tmp.path() / "outside";
   fs::create_directories(root);
   fs::create_directories(outside / "keep");
-  write_text(outside / "keep" / "file", "precious");
+  write_file(outside / "keep" / "file", "precious");
   const auto before = tree(outside);
   auto rootfd = open_dir(root);
   const mode_t old_umask = ::umask(0);  // the mode must not depend on the umask either way
@@ -152,7 +128,7 @@ TEST_CASE("fs_util: open_file_at refuses a symlink (also a dangling one with O_C
   const fs::path outside = tmp.path() / "outside";
   fs::create_directories(dir);
   fs::create_directories(outside);
-  write_text(outside / "victim", "precious");
+  write_file(outside / "victim", "precious");
   ::chmod((outside / "victim").c_str(), 0444);
   fs::create_symlink(outside / "victim", dir / "data");
   fs::create_symlink(outside / "not-yet", dir / "dangling");
@@ -187,7 +163,7 @@ TEST_CASE("fs_util: write_file_atomically_at replaces a symlink at the name inst
   const fs::path dir = tmp.path() / "dir";
   const fs::path outside = tmp.path() / "outside";
   fs::create_directories(dir);
-  write_text(outside / "victim", "precious");
+  write_file(outside / "victim", "precious");
   fs::create_symlink(outside / "victim", dir / "meta.json");
   const auto before = tree(outside);
   auto dirfd = open_dir(dir);
@@ -196,7 +172,7 @@ TEST_CASE("fs_util: write_file_atomically_at replaces a symlink at the name inst
   REQUIRE(w);
   CHECK(tree(outside) == before);
   CHECK(fs::is_regular_file(fs::symlink_status(dir / "meta.json")));
-  CHECK(tftest::read_file(dir / "meta.json") == "{}\n");
+  CHECK(tftest::try_read_file(dir / "meta.json") == "{}\n");
   struct stat st {};
   REQUIRE(::stat((dir / "meta.json").c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0600);
@@ -210,8 +186,8 @@ TEST_CASE("fs_util: open_file_within follows links that stay inside the root (th
   const fs::path repo = tmp.path() / "hub" / "models--org--name";
   const fs::path outside = tmp.path() / "outside";
   const std::string sha(64, 'a');
-  write_text(repo / "blobs" / sha, "inside bytes");
-  write_text(outside / "secret", "outside bytes");
+  write_file(repo / "blobs" / sha, "inside bytes");
+  write_file(outside / "secret", "outside bytes");
   fs::create_directories(repo / "snapshots" / "c1" / "sub");
   fs::create_symlink("../../blobs/" + sha, repo / "snapshots" / "c1" / "model.safetensors");
   fs::create_symlink("../../../blobs/" + sha, repo / "snapshots" / "c1" / "sub" / "deep.safetensors");
@@ -246,8 +222,8 @@ TEST_CASE("fs_util: remove_tree_at removes links, never what they point to", "[f
   TempDir tmp;
   const fs::path dir = tmp.path() / "dir";
   const fs::path outside = tmp.path() / "outside";
-  write_text(outside / "keep" / "file", "precious");
-  write_text(dir / "victim" / "data", "x");
+  write_file(outside / "keep" / "file", "precious");
+  write_file(dir / "victim" / "data", "x");
   fs::create_directory_symlink(outside / "keep", dir / "victim" / "linkdir");
   fs::create_symlink(outside / "keep" / "file", dir / "victim" / "linkfile");
   fs::create_directory_symlink(outside, dir / "top-link");

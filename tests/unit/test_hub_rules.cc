@@ -12,6 +12,7 @@
 #include "hub/environment.h"
 #include "hub/hub_errors.h"
 #include "net/http_client.h"
+#include "support/files.hpp"
 
 using namespace tensorfetch;
 using namespace tensorfetch::detail;
@@ -26,14 +27,11 @@ EnvLookup env_of(std::map<std::string, std::string> vars) {
   };
 }
 
+// A directory holding a file `token` with this content.
 struct TokenFile {
-  std::filesystem::path dir;
-  explicit TokenFile(const std::string& content) {
-    char tmpl[] = "/tmp/tf-hub-env-XXXXXX";
-    dir = ::mkdtemp(tmpl);
-    std::ofstream(dir / "token", std::ios::binary) << content;
-  }
-  ~TokenFile() { std::filesystem::remove_all(dir); }
+  tftest::TempDir tmp{"tf-hub-env"};
+  std::filesystem::path dir = tmp.path();
+  explicit TokenFile(const std::string& content) { tftest::write_file(dir / "token", content); }
 };
 
 }  // namespace

@@ -109,7 +109,7 @@ TEST_CASE("index: the reference llama-tiny-sharded index parses and agrees with 
     WARN("TENSORFETCH_REFERENCE_DIR is unset or has no MANIFEST.json; reference index skipped");
     return;
   }
-  const auto text = tftest::read_file(*dir / "llama-tiny-sharded" / "model.safetensors.index.json");
+  const auto text = tftest::try_read_file(*dir / "llama-tiny-sharded" / "model.safetensors.index.json");
   REQUIRE(text.has_value());
   auto r = parse(*text);
   if (!r) FAIL("parse_index failed: " << r.error().message);
@@ -121,7 +121,7 @@ TEST_CASE("index: the reference llama-tiny-sharded index parses and agrees with 
   REQUIRE(r->total_size.has_value());
   CHECK(*r->total_size == 824960u);
 
-  const auto manifest = nlohmann::json::parse(*tftest::read_file(*dir / "MANIFEST.json"));
+  const auto manifest = nlohmann::json::parse(*tftest::try_read_file(*dir / "MANIFEST.json"));
   std::size_t tensors = 0;
   std::uint64_t bytes = 0;
   for (const auto& shard : r->shards) {

@@ -15,7 +15,7 @@
 #include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/writer.hpp"
-#include "../support/process.hpp"
+#include "support/files.hpp"
 #include "test_util.hpp"
 
 namespace tf = tensorfetch;
@@ -130,9 +130,9 @@ TEST_CASE("scale: select and write of every tensor of a 200,000-tensor file take
     const float v = static_cast<float>(i);
     file.append(reinterpret_cast<const char*>(&v), sizeof v);
   }
-  tftest::ScratchDir dir("tf-scale");
+  tftest::TempDir dir("tf-scale");
   const auto source = dir / "many.safetensors";
-  tftest::spit(source, file);
+  tftest::write_file(source, file);
   const auto start = std::chrono::steady_clock::now();
   auto ckpt = tf::Checkpoint::open(source.string());
   REQUIRE(ckpt);
@@ -145,7 +145,7 @@ TEST_CASE("scale: select and write of every tensor of a 200,000-tensor file take
   const double took = seconds_since(start);
   CHECK(took < 10.0 * kSlack);
   // Natural order (layers.2 before layers.10) is the output order: parse it back.
-  const std::string written = tftest::slurp(out);
+  const std::string written = tftest::read_file(out);
   auto header = tf::parse_file_prefix(tftest::to_bytes(written), written.size());
   REQUIRE(header);
   REQUIRE(header->tensors().size() == tensors.size());

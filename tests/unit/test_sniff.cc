@@ -33,7 +33,7 @@ fs::path testdata() {
 }
 
 std::string file(const fs::path& path) {
-  auto bytes = tftest::read_file(path);
+  auto bytes = tftest::try_read_file(path);
   REQUIRE(bytes.has_value());
   return *bytes;
 }

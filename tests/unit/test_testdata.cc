@@ -31,7 +31,7 @@ fs::path testdata() {
 }
 
 std::string file(const fs::path& path) {
-  auto bytes = tftest::read_file(path);
+  auto bytes = tftest::try_read_file(path);
   REQUIRE(bytes.has_value());
   return *bytes;
 }
@@ -56,11 +56,11 @@ TEST_CASE("testdata/ is exactly what tools/gen/make_testdata.py generates", "[te
   }
   const fs::path generator = root.parent_path() / "tools" / "gen" / "make_testdata.py";
   REQUIRE(fs::exists(generator));
-  tftest::ScratchDir tmp("tensorfetch-testdata");
+  tftest::TempDir tmp("tensorfetch-testdata");
   const fs::path out = tmp / "testdata";
   tftest::Child gen(python, {generator.string(), out.string()}, tftest::ChildIo{"", "", (tmp / "stderr").string()});
   const int status = gen.wait();
-  INFO("generator stderr: " << tftest::slurp(tmp / "stderr"));
+  INFO("generator stderr: " << tftest::try_read_file(tmp / "stderr").value_or(""));
   REQUIRE(status == 0);
 
   auto expected = files_under(out);

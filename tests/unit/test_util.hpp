@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Helpers shared by the unit tests (header-only; each test file is its own executable).
+// Helpers shared by the unit tests (header-only; each test file is its own executable): Catch2
+// output for the library's value types and error checks. What every suite shares (le64,
+// read_file, reference_dir, TempDir, ...) is in tests/support, included here.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -8,15 +10,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "support/bytes.hpp"
+#include "support/catch_strings.hpp"
+#include "support/files.hpp"
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
@@ -33,12 +35,6 @@ template <>
 struct StringMaker<tensorfetch::DType> {
   static std::string convert(tensorfetch::DType dtype) {
     return std::string(tensorfetch::to_string(dtype));
-  }
-};
-template <>
-struct StringMaker<tensorfetch::ByteRange> {
-  static std::string convert(const tensorfetch::ByteRange& r) {
-    return "{offset " + std::to_string(r.offset) + ", length " + std::to_string(r.length) + "}";
   }
 };
 }  // namespace Catch
@@ -62,33 +58,6 @@ inline std::vector<std::byte> to_bytes(std::string_view text) {
   std::vector<std::byte> out(text.size());
   for (std::size_t i = 0; i < text.size(); ++i) out[i] = static_cast<std::byte>(text[i]);
   return out;
-}
-
-/// 8-byte little-endian encoding of `n`.
-inline std::string le64(std::uint64_t n) {
-  std::string out(8, '\0');
-  for (std::size_t i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out;
-}
-
-/// Reads a whole file; empty optional when it cannot be read.
-inline std::optional<std::string> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (!in && !in.eof()) return std::nullopt;
-  return ss.str();
-}
-
-/// The reference checkpoint directory from TENSORFETCH_REFERENCE_DIR, if it exists.
-inline std::optional<std::filesystem::path> reference_dir() {
-  const char* env = std::getenv("TENSORFETCH_REFERENCE_DIR");
-  if (env == nullptr || *env == '\0') return std::nullopt;
-  std::filesystem::path dir(env);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(dir / "MANIFEST.json", ec)) return std::nullopt;
-  return dir;
 }
 
 /// Checks that `r` failed with `code` and that its message mentions every string of

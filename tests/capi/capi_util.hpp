@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// Helpers of the C API's behaviour tests (C++ calling include/tensorfetch/tensorfetch.h, linked
+// against the shared library): owners for the API's handles, a CHECK of a returned tf_code that
+// prints the error's message, and independent checks of a checkpoint's tensors against
+// MANIFEST.json and against the files read here.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "support/catch_strings.hpp"
+#include "support/ranges.hpp"
+#include "tensorfetch/tensorfetch.h"
+
+namespace capitest {
+
+namespace fs = std::filesystem;
+using tftest::Ranges;
+
+/// Owns a tf_error* (freed on destruction and before each reuse through out()).
+class Error {
+ public:
+  Error() = default;
+  ~Error() { tf_error_free(e_); }
+  Error(const Error&) = delete;
+  Error& operator=(const Error&) = delete;
+  /// For a call's `tf_error** err`: frees what it held and returns the slot.
+  tf_error** out() {
+    tf_error_free(e_);
+    e_ = nullptr;
+    return &e_;
+  }
+  /// The held error (NULL when none).
+  [[nodiscard]] const tf_error* get() const { return e_; }
+  /// Its message ("" when none).
+  [[nodiscard]] std::string message() const { return tf_error_message(e_); }
+
+ private:
+  tf_error* e_ = nullptr;
+};
+
+/// Owns a tf_checkpoint* (tf_close).
+using Checkpoint = std::unique_ptr<tf_checkpoint, decltype(&tf_close)>;
+/// Owns a tf_plan* (tf_plan_free).
+using Plan = std::unique_ptr<tf_plan, decltype(&tf_plan_free)>;
+
+/// CHECK_CODE(call, TF_X, err): the call returned TF_X; on failure the code's name and the
+/// error's message are printed.
+#define CHECK_CODE(call, want, err)                                                        \
+  do {                                                                                     \
+    const tf_code got_code_ = (call);                                                      \
+    INFO("returned " << tf_code_name(got_code_) << ": " << (err).message());               \
+    CHECK(got_code_ == (want));                                                            \
+  } while (false)
+
+/// Opens `location`; REQUIREs success.
+Checkpoint open_ok(const std::string& location, const tf_open_options* options = nullptr);
+
+/// Options for the test server: its endpoint, a cache of the test's own, no token (whatever
+/// the environment holds), no Hugging Face cache to reuse (an empty one at `hf_hub_cache`),
+/// online. The strings must outlive the options.
+tf_open_options remote_options(const std::string& endpoint, const std::string& cache, const std::string& hf_hub_cache);
+
+/// Every tensor of `ckpt` against MANIFEST.json (entries under `prefix`/FILE): dtype, shape,
+/// tf_find, data offsets and the sha256 of the bytes tf_tensor_data hands out; the number of
+/// tensors per file is the manifest's.
+void check_against_manifest(tf_checkpoint* ckpt, const nlohmann::json& manifest, const std::string& prefix);
+
+/// Every tensor's bytes against the checkpoint's own files in `dir`, read here; the tensors
+/// tile each file's data section.
+void check_against_files(tf_checkpoint* ckpt, const fs::path& dir);
+
+/// Writes a deterministic checkpoint (2 layers) with tensorfetch-make-checkpoint
+/// ($TENSORFETCH_MAKE_CHECKPOINT_BIN) into `dir`.
+void make_checkpoint(const fs::path& dir, int hidden, int vocab, int shards);
+
+/// MANIFEST.json of the reference checkpoints ($TENSORFETCH_REFERENCE_DIR); fails the test when
+/// there is none.
+const nlohmann::json& manifest();
+
+/// The reference checkpoints directory; fails the test when there is none.
+fs::path reference();
+
+/// The served files of a checkpoint, read here: bytes, where data offsets count from, sha256.
+struct Source {
+  std::vector<std::string> bytes;
+  std::vector<std::uint64_t> data_start;  ///< 8 + header size
+  std::vector<std::string> sha256;
+  [[nodiscard]] std::size_t files() const { return bytes.size(); }
+  [[nodiscard]] std::uint64_t size(std::size_t f) const { return bytes[f].size(); }
+};
+
+/// Reads the files of `ckpt` from `repo`; CHECKs their sizes against tf_file_size.
+Source load_sources(tf_checkpoint* ckpt, const fs::path& repo);
+
+/// The file byte range of tensor `i`.
+tftest::ByteRange tensor_range(tf_checkpoint* ckpt, const Source& src, std::size_t i);
+
+/// Per file, the byte ranges of the tensors whose names start with one of `prefixes`.
+std::vector<Ranges> wanted_ranges(tf_checkpoint* ckpt, const Source& src, const std::vector<std::string>& prefixes);
+
+/// The transfers of `plan`, per file, as sets. CHECKs what every transfer must be: in file
+/// then offset order without overlap, 0 < length <= `chunk`, inside its file; the URL the
+/// CDN's (127.0.0.1) naming the file's sha256; If-Match the quoted sha256; no token.
+std::vector<Ranges> plan_ranges(const tf_plan* plan, const Source& src, std::uint64_t chunk);
+
+}  // namespace capitest
