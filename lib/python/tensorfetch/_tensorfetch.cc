@@ -431,6 +431,9 @@ py::object from_buffer(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, py:
   }
   py::handle dtype = torch_dtype(ckpt, ref);
   auto dims = framework_shape(ckpt, ref, shape);
+  if (buffer.size() == 0) {  // from_numpy gives an empty uint8 tensor stride 0, which view() refuses
+    return py::reinterpret_borrow<py::object>(torch_module()).attr("empty")(py::cast(dims), py::arg("dtype") = dtype);
+  }
   py::object t = py::reinterpret_borrow<py::object>(cache().torch_from_numpy)(buffer);
   return t.attr("view")(dtype).attr("reshape")(py::cast(dims));
 }
