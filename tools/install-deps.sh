@@ -14,6 +14,10 @@ packages=(
   libssl-dev libcurl4-openssl-dev             # hashes/TLS (OpenSSL), HTTP (libcurl)
   catch2 libcpp-httplib-dev                   # tests: Catch2 v2, cpp-httplib test server
   nginx-light                                 # tests: a real HTTP/2 + TLS server
+  python3-dev pybind11-dev libdlpack-dev      # the Python extension: headers, pybind11, DLPack (torch views)
+  python3-mesonpy python3-pip python3-venv    # the wheel: meson-python backend, pip install --no-build-isolation
+  python3-numpy python3-pytest                # Python package: NumPy arrays; its tests
+  python3-torch                               # Python package: torch tensors (1.13, CPU); tests and bench
 )
 for arg in "$@"; do
   case $arg in

@@ -30,8 +30,31 @@ build() {  # DIR MESON_SETUP_ARGS...
   fi
 }
 
-# 1. Warnings as errors, every suite.
-build build-ci --werror -Dbench=true && run_suite "warnings-as-errors" build-ci
+# 1. Warnings as errors, every suite (with the Python package and its pytest suite).
+build build-ci --werror -Dbench=true -Dpython=enabled && run_suite "warnings-as-errors" build-ci
+
+# 1b. The Python wheel as a user installs it (README): pip install --no-build-isolation into a
+#     venv that sees Debian's numpy/torch, then the package is imported from outside the tree.
+wheel_check() {
+  local tmp rc src=$PWD; tmp=$(mktemp -d)
+  /usr/bin/python3 -m venv --system-site-packages "$tmp/venv" &&
+    "$tmp/venv/bin/pip" install -q --no-build-isolation --no-deps . &&
+    (cd "$tmp" && "$tmp/venv/bin/python" - "$src/../shared/reference-checkpoints" <<'PY'
+import os, sys, tensorfetch
+assert "venv" in tensorfetch.__file__, tensorfetch.__file__
+ref = os.path.join(sys.argv[1], "dtypes", "model.safetensors")
+if os.path.isfile(ref):
+    with tensorfetch.safe_open(ref, framework="np") as f:
+        assert f.get_tensor("f32").shape == (2, 3, 4)
+print("wheel ok:", tensorfetch.__version__, tensorfetch.__file__)
+PY
+    )
+  rc=$?
+  rm -rf "$tmp"
+  return $rc
+}
+echo "=== python wheel"
+if wheel_check; then passed=$((passed + 1)); else echo "--- python wheel FAILED"; failed=$((failed + 1)); fi
 
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test), at -O0: it
 #    compiles about 7 times faster than -O2 under the sanitizers, and the tests stay fast (timed

@@ -276,6 +276,14 @@ class TENSORFETCH_API Checkpoint {
   /// committed to the cache are ever handed out.
   [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
 
+  /// Copies the bytes of one selection (a whole tensor, or the byte ranges of its slice,
+  /// concatenated in row-major order: the `plan.shape` tensor) into `out`, which must hold
+  /// exactly `selection.plan.nbytes` bytes (else `InvalidArgument`). For a remote checkpoint
+  /// every range must have been fetched (by this or any process; else `NotFetched`), so a slice
+  /// can be read without its whole tensor. Safe to call from several threads, also while one
+  /// runs `fetch`.
+  [[nodiscard]] Result<void> read(const Selection& selection, std::span<std::byte> out) const;
+
   /// Makes the selected tensors' bytes (only the slices' byte ranges, for sliced selections)
   /// present in the local cache: what the cache lacks is planned (coalesced, split into chunks)
   /// and transferred over parallel connections, then committed durably. A no-op for local

@@ -396,4 +396,43 @@ Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
   return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, bytes->subspan(range.offset, range.length)};
 }
 
+Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> out) const {
+  const TensorRef& tensor = selection.ref;
+  if (tensor.file >= impl_->files.size() || tensor.info == nullptr) {
+    return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
+  }
+  const std::string what = "tensor " + quote_name(tensor.info->name);
+  if (out.size() != selection.plan.nbytes) {
+    return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what + ": the selection has " +
+                                                std::to_string(selection.plan.nbytes) + " bytes, the buffer " +
+                                                std::to_string(out.size()));
+  }
+  const ByteRange base = impl_->headers[tensor.file].file_range(*tensor.info);
+  std::vector<ByteRange> needed;
+  needed.reserve(selection.plan.ranges.size());
+  for (const auto& r : selection.plan.ranges) {
+    if (r.end() > tensor.info->nbytes()) {
+      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what + ": a planned range (bytes " +
+                                                  std::to_string(r.offset) + "-" + std::to_string(r.end()) +
+                                                  ") lies outside the tensor");
+    }
+    needed.push_back(ByteRange{base.offset + r.offset, r.length});
+  }
+  auto bytes = impl_->served_bytes(tensor.file, needed, what);
+  if (!bytes) return fail(bytes.error());
+  std::size_t at = 0;
+  for (const auto& r : needed) {
+    if (r.end() > bytes->size()) {
+      return fail(ErrorCode::Io, impl_->files[tensor.file].path + ": " + what + " lies beyond the mapped file");
+    }
+    if (at + r.length > out.size()) {
+      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what +
+                                                  ": the planned ranges exceed the selection's size");
+    }
+    std::memcpy(out.data() + at, bytes->data() + r.offset, r.length);
+    at += r.length;
+  }
+  return {};
+}
+
 }  // namespace tensorfetch

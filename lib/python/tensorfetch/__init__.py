@@ -1,0 +1,516 @@
+# SPDX-License-Identifier: Apache-2.0
+"""tensorfetch: read safetensors checkpoints where they live, fetching only what you ask for.
+
+A drop-in for ``safetensors.safe_open`` that also opens Hugging Face Hub repos and http(s) URLs,
+fetching only the tensors (or slices of tensors) asked for into a crash-safe local cache::
+
+    import tensorfetch
+    with tensorfetch.safe_open("hf://Org/Model", framework="pt") as f:
+        f.prefetch("model.layers.0.*")                # one parallel fetch, progress bar on a tty
+        w = f.get_tensor("model.layers.0.mlp.up_proj.weight")   # zero copy, from the cache
+        rows = f.get_slice("lm_head.weight")[:128]    # fetches only those rows
+
+Tensors are views of the memory-mapped file or cache blob (NumPy arrays are read-only; torch
+tensors share the same read-only pages, so copy one before writing into it), kept alive by a
+reference to the open checkpoint. Locations and options are the CLI's (``tensorfetch --help``):
+keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
+``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
+``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``.
+"""
+from __future__ import annotations
+
+import fnmatch
+import numbers
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _tensorfetch as _tf
+from .errors import (
+    CancelledError,
+    DtypeError,
+    FormatError,
+    IntegrityError,
+    NetworkError,
+    NotFetchedError,
+    NotFoundError,
+    TensorfetchError,
+    TensorNotFoundError,
+)
+
+__version__: str = _tf.__version__
+
+__all__ = [
+    "safe_open",
+    "SafeSlice",
+    "FetchProgress",
+    "load",
+    "inspect",
+    "plan",
+    "download",
+    "TensorfetchError",
+    "FormatError",
+    "NetworkError",
+    "IntegrityError",
+    "TensorNotFoundError",
+    "NotFoundError",
+    "NotFetchedError",
+    "CancelledError",
+    "DtypeError",
+]
+
+# Keyword options: name -> (kind, minimum, maximum), with the CLI's ranges.
+_OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
+    "endpoint": ("str", 0, 0),
+    "token": ("str", 0, 0),
+    "cacert": ("path", 0, 0),
+    "window": ("int", 64, 1 << 30),
+    "connections": ("int", 1, 256),
+    "header_connections": ("int", 1, 1024),
+    "retries": ("int", 0, 100),
+    "stall_timeout": ("int", 1000, 3_600_000),
+    "min_rate": ("int", 0, 1 << 40),
+    "cache_dir": ("path", 0, 0),
+    "offline": ("bool", 0, 0),
+    "shared_cache": ("bool", 0, 0),
+    "hf_hub_cache": ("path", 0, 0),
+}
+_FETCH_OPTIONS: Dict[str, Tuple[str, int, int]] = {
+    "chunk_size": ("int", 4096, 1 << 34),
+    "coalesce_gap": ("int", 0, 1 << 34),
+}
+
+
+def _options(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Splits keyword options into open and fetch options, checking names, types and ranges."""
+    open_opts: Dict[str, Any] = {}
+    fetch_opts: Dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if name in _OPEN_OPTIONS:
+            spec, target = _OPEN_OPTIONS[name], open_opts
+        elif name in _FETCH_OPTIONS:
+            spec, target = _FETCH_OPTIONS[name], fetch_opts
+        else:
+            known = ", ".join(sorted([*_OPEN_OPTIONS, *_FETCH_OPTIONS]))
+            raise TypeError(f"unexpected keyword argument {name!r} (options: {known})")
+        if value is None:
+            continue
+        kind, lo, hi = spec
+        if kind == "int":
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+            value = int(value)
+            if not lo <= value <= hi:
+                raise ValueError(f"{name} must be between {lo} and {hi}, not {value}")
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, not {value!r}")
+        elif kind == "path":
+            if not isinstance(value, (str, os.PathLike)):
+                raise TypeError(f"{name} must be a path, not {type(value).__name__}")
+            value = os.fspath(value)
+        elif not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, not {type(value).__name__}")
+        target[name] = value
+    return open_opts, fetch_opts
+
+
+def _framework(framework: str) -> int:
+    if framework in ("pt", "torch", "pytorch"):
+        return 1
+    if framework in ("np", "numpy"):
+        return 0
+    raise ValueError(f"framework {framework!r} is not supported: use \"pt\" (torch) or \"np\" (NumPy)")
+
+
+def _location(location: Union[str, "os.PathLike[str]"]) -> str:
+    if isinstance(location, os.PathLike):
+        return os.fspath(location)
+    if not isinstance(location, str):
+        raise TypeError(f"location must be a string or a path, not {type(location).__name__}")
+    return location
+
+
+def _patterns(names: Union[None, str, Iterable[str]]) -> Tuple[List[str], bool]:
+    """(patterns, all): None selects every tensor."""
+    if names is None:
+        return [], True
+    if isinstance(names, str):
+        return [names], False
+    out = list(names)
+    for n in out:
+        if not isinstance(n, str):
+            raise TypeError(f"tensor names must be strings, not {type(n).__name__}")
+    return out, False
+
+
+class FetchProgress:
+    """Progress of a fetch, as given to a ``progress`` callable (about every 50 ms and at the end).
+
+    Attributes: ``bytes_done``, ``bytes_total`` (bytes to transfer: what the cache lacked),
+    ``bytes_cached`` (wanted bytes the cache already held), ``files_done``, ``files_total``,
+    ``seconds`` (since the fetch started), ``waiting_seconds`` (a wait a server asked for, e.g.
+    a rate limit; else 0).
+    """
+
+    __slots__ = ("bytes_done", "bytes_total", "bytes_cached", "files_done", "files_total", "seconds",
+                 "waiting_seconds")
+
+    def __init__(self, d: Dict[str, Any]) -> None:
+        for k in self.__slots__:
+            setattr(self, k, d[k])
+
+    def __repr__(self) -> str:
+        return ("FetchProgress(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")")
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class _Bar:
+    """A one-line progress bar on a terminal (stderr); silent when stderr is not one."""
+
+    def __init__(self) -> None:
+        self.drawn = False
+        try:
+            self.enabled = sys.stderr is not None and sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            self.enabled = False
+
+    def __call__(self, d: Dict[str, Any]) -> None:
+        if not self.enabled or d["bytes_total"] == 0:
+            return
+        done, total, secs = d["bytes_done"], d["bytes_total"], max(d["seconds"], 1e-6)
+        rate = done / secs
+        eta = f"ETA {int((total - done) / rate)} s" if rate > 0 and done < total else ""
+        wait = f"  waiting {d['waiting_seconds']:.0f} s (server asked)" if d["waiting_seconds"] > 0 else ""
+        line = (f"\rtensorfetch: {_human(done)} / {_human(total)}  {100 * done // total:3d}%  "
+                f"{_human(rate)}/s  {eta}  files {d['files_done']}/{d['files_total']}{wait}")
+        sys.stderr.write(line.ljust(100)[:160])
+        sys.stderr.flush()
+        self.drawn = True
+
+    def finish(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.drawn = False
+
+
+def _progress(progress: Union[bool, None, Callable[[FetchProgress], Any]]) -> Tuple[Any, Optional[_Bar]]:
+    """(callable for the binding, bar to finish) for a ``progress`` argument."""
+    if progress is True:
+        bar = _Bar()
+        return (bar if bar.enabled else None), bar
+    if progress is None or progress is False:
+        return None, None
+    if callable(progress):
+        user = progress
+        return (lambda d: user(FetchProgress(d))), None
+    raise TypeError("progress must be True, False or a callable taking a FetchProgress")
+
+
+def _fetch(ckpt: Any, names: Union[None, str, Iterable[str]], progress: Any) -> Dict[str, int]:
+    patterns, all_ = _patterns(names)
+    callback, bar = _progress(progress)
+    try:
+        return ckpt.fetch(patterns, all_, callback)
+    finally:
+        if bar is not None:
+            bar.finish()
+
+
+def _normalize_index(key: Any, shape: Sequence[int], name: str) -> Tuple[list, Optional[list]]:
+    """Turns a NumPy basic index into the byte-range slice the binding fetches and the step
+    applied afterwards: (dims, post) where dims holds (is_index, index, start, stop) per
+    dimension, and post (or None) the slices with steps, relative to the fetched box, per kept
+    dimension."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    ndim = len(shape)
+    n_ellipsis = sum(1 for k in key if k is Ellipsis)
+    if n_ellipsis > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    explicit = len(key) - n_ellipsis
+    if explicit > ndim:
+        raise IndexError(f"tensor {name!r}: too many indices for a tensor of {ndim} dimensions: {len(key)} given")
+    expanded: List[Any] = []
+    for k in key:
+        if k is Ellipsis:
+            expanded.extend([slice(None)] * (ndim - explicit))
+        else:
+            expanded.append(k)
+    expanded.extend([slice(None)] * (ndim - len(expanded)))
+    dims: list = []
+    post: list = []
+    stepped = False
+    for axis, (k, size) in enumerate(zip(expanded, shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(size)
+            count = len(range(start, stop, step))
+            if count == 0:
+                lo = hi = 0
+            elif step > 0:
+                lo, hi = start, start + (count - 1) * step + 1
+            else:
+                lo, hi = start + (count - 1) * step, start + 1
+            dims.append((False, 0, lo, hi))
+            post.append(slice(None, None, step))
+            stepped = stepped or (step != 1 and count > 1)
+        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            i = int(k)
+            if not -size <= i < size:
+                raise IndexError(f"tensor {name!r}: index {i} is out of bounds for axis {axis} with size {size}")
+            dims.append((True, i + size if i < 0 else i, 0, 0))
+        else:
+            raise TypeError(f"tensor {name!r}: only integers, slices (':'), and an ellipsis ('...') are valid "
+                            f"indices, not {type(k).__name__}")
+    return dims, (post if stepped else None)
+
+
+def _apply_steps(t: Any, post: list, torch_framework: bool) -> Any:
+    if not torch_framework:
+        return t[tuple(post)]
+    # torch refuses negative steps: reverse the (fetched) box, then step forward.
+    for axis, s in enumerate(post):
+        if s.step < 0:
+            t = t.flip(axis)[(slice(None),) * axis + (slice(None, None, -s.step),)]
+        elif s.step > 1:
+            t = t[(slice(None),) * axis + (s,)]
+    return t
+
+
+class SafeSlice:
+    """A tensor not yet read, as ``safe_open.get_slice`` returns it (safetensors' ``PySafeSlice``).
+
+    ``get_shape()`` and ``get_dtype()`` come from the header; indexing (``s[0:128, :]``,
+    ``s[-1]``, ``s[..., 4:8]``, steps too) fetches only the byte ranges of the rows and columns
+    asked for (the bounding box when there are steps) and returns a new tensor holding a copy.
+    """
+
+    def __init__(self, owner: "safe_open", name: str) -> None:
+        self._owner = owner
+        self._name = name
+        dtype, shape, _, _ = owner._handle().info(name)
+        self._dtype: str = dtype
+        self._shape: List[int] = list(shape)
+
+    def get_shape(self) -> List[int]:
+        """The shape of the whole tensor."""
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        """The safetensors dtype of the tensor, e.g. ``"BF16"``."""
+        return self._dtype
+
+    @property
+    def shape(self) -> List[int]:
+        """As ``get_shape()``."""
+        return list(self._shape)
+
+    @property
+    def dtype(self) -> str:
+        """As ``get_dtype()``."""
+        return self._dtype
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        owner = self._owner
+        dims, post = _normalize_index(key, self._shape, self._name)
+        t = owner._handle().get_slice(self._name, dims, owner._fw)
+        if post is not None:
+            t = _apply_steps(t, post, owner._fw == 1)
+        return owner._to_device(t)
+
+    def __repr__(self) -> str:
+        return f"SafeSlice({self._name!r}, dtype={self._dtype}, shape={self._shape})"
+
+
+class safe_open:
+    """Opens a checkpoint lazily, as ``safetensors.safe_open`` does, from any location the CLI
+    opens: a ``.safetensors`` file, a ``*.safetensors.index.json``, a directory, an http(s) URL
+    of either, or a Hub repo (``hf://ORG/NAME[@REV][/PATH]``, ``ORG/NAME``).
+
+    Only headers are read on open (for a remote checkpoint: one range request per file, all at
+    once). ``get_tensor`` fetches a remote tensor into the cache when it is not there yet;
+    ``prefetch`` fetches many in one parallel fetch first.
+
+    Args:
+        filename: the location.
+        framework: ``"pt"`` (torch tensors) or ``"np"`` (NumPy arrays).
+        device: ``"cpu"`` (the tensors are zero-copy views), or a torch device, which copies.
+        **options: the CLI's options (see the module's docstring).
+
+    Several threads may call ``get_tensor`` and ``get_slice`` at once; fetches run one at a time.
+    """
+
+    def __init__(self, filename: Union[str, "os.PathLike[str]"], framework: str = "pt", device: Any = "cpu",
+                 **options: Any) -> None:
+        self._fw = _framework(framework)
+        self._device = None if device in ("cpu", None) else device
+        if self._device is not None and self._fw == 0:
+            raise ValueError(f"framework \"np\" only has the device \"cpu\", not {device!r}")
+        open_opts, fetch_opts = _options(options)
+        self._ckpt: Any = _tf.Checkpoint.open(_location(filename), open_opts, fetch_opts)
+
+    # -- context manager ----------------------------------------------------------------------
+    def __enter__(self) -> "safe_open":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Forgets the checkpoint; tensors handed out stay valid (they keep its mapping)."""
+        self._ckpt = None
+
+    def _handle(self) -> Any:
+        if self._ckpt is None:
+            raise TensorfetchError("the checkpoint is closed (tensors already handed out stay valid)")
+        return self._ckpt
+
+    def _to_device(self, t: Any) -> Any:
+        return t if self._device is None else t.to(self._device)
+
+    # -- safetensors' API ---------------------------------------------------------------------
+    def keys(self) -> List[str]:
+        """Tensor names, sorted (as safetensors sorts them)."""
+        return sorted(self._handle().keys())
+
+    def offset_keys(self) -> List[str]:
+        """Tensor names in the order of their bytes (file by file for a sharded checkpoint)."""
+        return self._handle().offset_keys()
+
+    def metadata(self) -> Optional[Dict[str, str]]:
+        """``__metadata__`` of the file (the first shard's for a sharded checkpoint), or None."""
+        return self._handle().metadata()
+
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor, a zero-copy view of the file or the cache (fetched first if remote
+        and not yet cached). Raises ``TensorNotFoundError`` (a ``KeyError``) for an unknown name."""
+        t = self._handle().get_tensor(name, self._fw)
+        return t if self._device is None else t.to(self._device)
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """A ``SafeSlice``: shape and dtype now, bytes when indexed (only those fetched)."""
+        return SafeSlice(self, name)
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor, by name (fetched in one parallel fetch first when remote)."""
+        self.prefetch(None, progress=False)
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
+
+    # -- beyond safetensors -------------------------------------------------------------------
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._handle().contains(name)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._handle().keys())
+
+    @property
+    def location(self) -> str:
+        """The location as given."""
+        return self._handle().location
+
+    @property
+    def remote(self) -> bool:
+        """True for Hub repos and URLs."""
+        return self._handle().remote
+
+    @property
+    def commit(self) -> Optional[str]:
+        """The commit the Hub named, at which every file is read."""
+        return self._handle().commit
+
+    def files(self) -> List[Dict[str, Any]]:
+        """The safetensors files: path, size, etag, sha256, url."""
+        return self._handle().files()
+
+    def prefetch(self, names_or_globs: Union[None, str, Iterable[str]] = None,
+                 progress: Union[bool, Callable[[FetchProgress], Any]] = True) -> Dict[str, int]:
+        """Fetches the named tensors (exact names or fnmatch globs; None: every tensor) into the
+        cache in one parallel fetch: what the cache lacks, coalesced and split over many
+        connections. ``progress=True`` draws a bar on a terminal (silent otherwise); a callable
+        gets a ``FetchProgress`` and may return False to cancel. Ctrl-C cancels promptly
+        (``KeyboardInterrupt``); what arrived whole stays cached. A no-op for local files.
+        Returns the fetch's figures: bytes_transferred, bytes_cached, requests, retries, chunks."""
+        return _fetch(self._handle(), names_or_globs, progress)
+
+    def plan(self, names_or_globs: Union[None, str, Iterable[str]] = None) -> List[Dict[str, Any]]:
+        """The transfers ``prefetch`` would make, without making them (for download managers):
+        dicts with file, url, offset, length, if_match, send_token."""
+        patterns, all_ = _patterns(names_or_globs)
+        return self._handle().plan(patterns, all_)
+
+    def inspect(self) -> Dict[str, Any]:
+        """The object ``tensorfetch inspect --json`` prints, as a dict."""
+        return self._handle().inspect()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._ckpt is None else f"{len(self._ckpt.keys())} tensors"
+        return f"tensorfetch.safe_open({'<closed>' if self._ckpt is None else self._ckpt.location!r}, {state})"
+
+
+def load(location: Union[str, "os.PathLike[str]"], names: Union[None, str, Iterable[str]] = None,
+         framework: str = "pt", device: Any = "cpu", progress: Union[bool, Callable[[FetchProgress], Any]] = True,
+         **options: Any) -> Dict[str, Any]:
+    """Opens ``location``, fetches the named tensors (names or globs; None: all) in one parallel
+    fetch, and returns them as a dict of zero-copy tensors (a state dict), in natural name order."""
+    with safe_open(location, framework=framework, device=device, **options) as f:
+        h = f._handle()
+        patterns, all_ = _patterns(names)
+        _fetch(h, names, progress)
+        if all_:
+            wanted = h.keys()
+        else:
+            wanted = [k for k in h.keys() if any(k == p or fnmatch.fnmatchcase(k, p) for p in patterns)]
+        return {name: f.get_tensor(name) for name in wanted}
+
+
+def inspect(location: Union[str, "os.PathLike[str]"], **options: Any) -> Dict[str, Any]:
+    """The object ``tensorfetch inspect --json`` prints, as a dict: location, sharded, files,
+    metadata, tensors, parameters, total_parameters, parameter_rule, total_bytes (and commit,
+    requests, index_metadata when they apply). Reads headers only."""
+    with safe_open(location, framework="np", **options) as f:
+        return f.inspect()
+
+
+def plan(location: Union[str, "os.PathLike[str]"], names: Union[None, str, Iterable[str]] = None,
+         **options: Any) -> List[Dict[str, Any]]:
+    """The transfers a fetch of ``names`` (None: every tensor) would make, without making them:
+    what the cache lacks, coalesced and chunked, as dicts with file, url, offset, length,
+    if_match (send it as ``If-Match``; expect ``206`` and exactly that range) and send_token
+    (the URL is on the endpoint's host: send the token)."""
+    with safe_open(location, framework="np", **options) as f:
+        return f.plan(names)
+
+
+def download(location: Union[str, "os.PathLike[str]"], dir: Union[str, "os.PathLike[str]"], hf_cache: bool = False,
+             progress: Union[bool, Callable[[FetchProgress], Any]] = True, **options: Any) -> Dict[str, Any]:
+    """Downloads a whole checkpoint (safetensors files, index, config.json) into ``dir``, as
+    ``tensorfetch download`` does: every file is verified against the sha256 the Hub names;
+    ``hf_cache=True`` also publishes them into the Hugging Face cache. Returns the figures
+    (bytes_transferred, bytes_cached, requests, retries, chunks), ``published`` (files put in the
+    Hugging Face cache, or None) and ``unverified`` (files checked by size and ETag only)."""
+    if not isinstance(hf_cache, bool):
+        raise TypeError("hf_cache must be True or False")
+    callback, bar = _progress(progress)
+    with safe_open(location, framework="np", **options) as f:
+        try:
+            return f._handle().download(os.fspath(dir), hf_cache, callback)
+        finally:
+            if bar is not None:
+                bar.finish()

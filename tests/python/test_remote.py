@@ -1,0 +1,194 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Remote checkpoints through the Hub-like test server: results AND the requests made (which
+ranges, how many bytes), prefetch, slices, plan, download, load, errors, threads."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorfetch
+from conftest import cdn_requests, ranges_of, sha256
+
+
+def tensor_range(info, name):
+    """(file, first byte, last byte) of a tensor in its file, from inspect()'s object."""
+    t = next(t for t in info["tensors"] if t["name"] == name)
+    f = next(f for f in info["files"] if f["path"] == t["file"])
+    base = 8 + f["header_size"]
+    return t["file"], base + t["data_offsets"][0], base + t["data_offsets"][1] - 1
+
+
+def test_remote_get_tensor_fetches_only_that_tensors_bytes(hub, remote, manifest):
+    pytest.importorskip("torch")
+    with tensorfetch.safe_open("hf://org/sharded", framework="pt", **remote) as f:
+        assert f.remote and len(f.commit or "") == 40
+        opened = hub.log()
+        assert all(r["kind"] != "cdn" or r["body_bytes"] <= 256 * 1024 for r in opened)
+        info = f.inspect()
+        hub.clear()
+        name = "model.layers.1.mlp.up_proj.weight"
+        t = f.get_tensor(name)
+        log = hub.log()
+        cdn = cdn_requests(log)
+        assert ranges_of(cdn) == [tensor_range(info, name)]
+        assert sum(r["body_bytes"] for r in cdn) == t.numel() * 2
+        assert [r for r in log if r["kind"] != "cdn"] == []  # resolved once, on open
+        entry = manifest[f"llama-tiny-sharded/{tensor_range(info, name)[0]}"]["tensors"][name]
+        assert sha256(t.view(__import__("torch").int16).numpy().tobytes()) == entry["sha256"]
+        # Cached now: the same tensor again costs no request and is the same memory.
+        hub.clear()
+        assert f.get_tensor(name).data_ptr() == t.data_ptr()
+        assert hub.log() == []
+
+
+def test_remote_slice_fetches_only_the_rows_asked_for(hub, remote, reference):
+    with tensorfetch.safe_open("hf://org/dtypes", framework="np", **remote) as f:
+        info = f.inspect()
+        hub.clear()
+        part = f.get_slice("big_f32")[16:48]
+        cdn = cdn_requests(hub.log())
+        _, first, _ = tensor_range(info, "big_f32")
+        assert ranges_of(cdn) == [("model.safetensors", first + 16 * 4096, first + 48 * 4096 - 1)]
+        assert sum(r["body_bytes"] for r in cdn) == 32 * 1024 * 4
+        # Columns: one range per row, coalesced into one request across the small holes.
+        hub.clear()
+        cols = f.get_slice("big_f32")[100:104, 8:16]
+        assert len(cdn_requests(hub.log())) == 1
+    with tensorfetch.safe_open(reference / "dtypes/model.safetensors", framework="np") as g:
+        full = g.get_tensor("big_f32")
+        assert np.array_equal(part, full[16:48])
+        assert np.array_equal(cols, full[100:104, 8:16])
+
+
+def test_prefetch_of_a_glob_moves_only_the_matching_tensors_once(hub, remote):
+    seen = []
+    with tensorfetch.safe_open("hf://org/sharded", framework="pt", **remote) as f:
+        info = f.inspect()
+        hub.clear()
+        stats = f.prefetch("model.layers.0.*", progress=lambda p: seen.append(p))
+        wanted = [t for t in info["tensors"] if t["name"].startswith("model.layers.0.")]
+        nbytes = sum(t["data_offsets"][1] - t["data_offsets"][0] for t in wanted)
+        cdn = cdn_requests(hub.log())
+        assert stats["bytes_transferred"] == nbytes == sum(r["body_bytes"] for r in cdn)
+        assert stats["requests"] == len(cdn)
+        for file, a, b in ranges_of(cdn):  # every byte moved belongs to a wanted tensor
+            spans = [tensor_range(info, t["name"]) for t in wanted if t["file"] == file]
+            covered = sum(min(b, hi) - max(a, lo) + 1 for _, lo, hi in spans if lo <= b and hi >= a)
+            assert covered == b - a + 1, (file, a, b)
+        assert seen and seen[-1].bytes_done == nbytes and isinstance(seen[-1], tensorfetch.FetchProgress)
+        # Again: everything is cached, nothing moves.
+        hub.clear()
+        again = f.prefetch(["model.layers.0.*"], progress=False)
+        assert again["bytes_transferred"] == 0 and again["bytes_cached"] == nbytes
+        assert cdn_requests(hub.log()) == []
+        hub.clear()
+        for t in wanted:
+            f.get_tensor(t["name"])
+        assert hub.log() == []
+
+
+def test_plan_lists_the_transfers_without_making_them(hub, remote):
+    with tensorfetch.safe_open("hf://org/sharded", framework="np", **remote) as f:
+        info = f.inspect()
+        hub.clear()
+        plan = f.plan("lm_head.weight")
+        assert hub.log() == []
+        file, a, b = tensor_range(info, "lm_head.weight")
+        a = max(a, remote["window"])  # the first read on open brought the start of the file
+        assert [(p["file"], p["offset"], p["offset"] + p["length"] - 1) for p in plan] == [(file, a, b)]
+        assert plan[0]["url"].startswith("http://127.0.0.1:") and plan[0]["if_match"]
+        assert plan[0]["send_token"] is False
+    assert len(tensorfetch.plan("hf://org/sharded", None, **remote)) >= 3
+
+
+def test_load_returns_a_state_dict_of_the_selected_tensors(hub, remote, reference):
+    torch = pytest.importorskip("torch")
+    sd = tensorfetch.load("hf://org/sharded", ["model.norm.weight", "model.layers.1.*"], progress=False, **remote)
+    assert "model.norm.weight" in sd and all(k == "model.norm.weight" or k.startswith("model.layers.1.") for k in sd)
+    with tensorfetch.safe_open(reference / "llama-tiny-single", framework="pt") as g:
+        for k, v in sd.items():
+            assert torch.equal(v, g.get_tensor(k)), k
+
+
+def test_download_verifies_and_saves_every_file(hub, remote, reference, tmp_path):
+    out = tmp_path / "out"
+    result = tensorfetch.download("hf://org/sharded", out, progress=False, **remote)
+    assert result["unverified"] == [] and result["published"] is None
+    for f in reference.joinpath("llama-tiny-sharded").glob("*.safetensors"):
+        assert (out / f.name).read_bytes() == f.read_bytes()
+    assert (out / "model.safetensors.index.json").is_file()
+
+
+def test_remote_errors_are_network_and_integrity_errors(hub, remote):
+    with pytest.raises(tensorfetch.NetworkError) as e:
+        tensorfetch.safe_open("hf://org/no-such-repo", **remote)
+    assert e.value.exit_code == 3 and "org/no-such-repo" in str(e.value)
+    with tensorfetch.safe_open("hf://org/dtypes", framework="np", **remote) as f:
+        hub.set(change_etag_after=0)
+        with pytest.raises(tensorfetch.IntegrityError) as e:
+            f.get_slice("big_f32")[:4]
+        assert e.value.exit_code == 4 and "model.safetensors" in str(e.value)
+
+
+def test_offline_open_from_the_cache_then_not_fetched_for_missing_bytes(hub, remote):
+    pytest.importorskip("torch")
+    with tensorfetch.safe_open("hf://org/single", framework="pt", **remote) as f:
+        f.prefetch("model.norm.weight", progress=False)
+        commit = f.commit
+    hub.clear()
+    offline = {**remote, "offline": True}
+    with tensorfetch.safe_open(f"hf://org/single@{commit}", framework="pt", **offline) as f:
+        assert f.get_tensor("model.norm.weight").shape == (64,)
+        with pytest.raises(tensorfetch.NotFetchedError, match="not in the cache"):
+            f.get_tensor("lm_head.weight")
+    assert hub.log() == []
+
+
+def test_remote_get_tensor_from_many_threads_fetches_each_byte_once(hub, remote, reference):
+    torch = pytest.importorskip("torch")
+    with tensorfetch.safe_open("hf://org/sharded", framework="pt", **remote) as f, \
+            tensorfetch.safe_open(reference / "llama-tiny-single", framework="pt") as g:
+        names = f.keys()
+        hub.clear()
+        errors = []
+
+        def worker(k):
+            try:
+                for n in names[k::2] + names:
+                    assert torch.equal(f.get_tensor(n), g.get_tensor(n)), n
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        info = f.inspect()
+        moved = sum(r["body_bytes"] for r in cdn_requests(hub.log()))
+        # Every tensor byte beyond what open's first read (the header window) brought along.
+        window = remote["window"]
+        expected = 0
+        for t in info["tensors"]:
+            _, lo, hi = tensor_range(info, t["name"])
+            expected += max(0, hi + 1 - max(lo, window))
+        assert moved == expected
+
+
+def test_the_gil_is_released_during_a_fetch(hub, remote):
+    with tensorfetch.safe_open("hf://org/dtypes", framework="np", **remote) as f:
+        hub.set(latency_ms=400)
+        done = threading.Event()
+        th = threading.Thread(target=lambda: (f.get_tensor("big_f32"), done.set()))
+        start = time.monotonic()
+        th.start()
+        ticks = 0
+        while not done.is_set() and time.monotonic() - start < 20:
+            ticks += 1  # runs only while the fetching thread has let go of the GIL
+            time.sleep(0.001)
+        th.join()
+        assert done.is_set() and time.monotonic() - start >= 0.35 and ticks > 50
