@@ -27,6 +27,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _tensorfetch as _tf
+from . import errors as _errors
 from .errors import (
     CancelledError,
     DtypeError,
@@ -49,16 +50,7 @@ __all__ = [
     "inspect",
     "plan",
     "download",
-    "TensorfetchError",
-    "FormatError",
-    "NetworkError",
-    "IntegrityError",
-    "TensorNotFoundError",
-    "NotFoundError",
-    "NotFetchedError",
-    "CancelledError",
-    "DtypeError",
-]
+] + list(_errors.__all__)  # the exception classes, as errors.py lists them
 
 # Keyword options: name -> (kind, minimum, maximum), with the CLI's ranges.
 _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
