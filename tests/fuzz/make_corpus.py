@@ -19,14 +19,11 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The dtype table and the contiguous header layout are testdata's generator's (one copy).
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "gen"))
+from make_testdata import DTYPE_BITS, layout as tensors_header  # noqa: E402
 MAX_SEED = 8 * 1024 - 1
 
-DTYPE_BITS = {
-    "BOOL": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "U8": 8, "I8": 8, "F8_E5M2": 8,
-    "F8_E4M3": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I16": 16, "U16": 16,
-    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64,
-    "U64": 64,
-}
 
 
 def write(kind, name, data):
@@ -39,22 +36,6 @@ def write(kind, name, data):
 
 def pad8(header: bytes) -> bytes:
     return header + b" " * (-len(header) % 8)
-
-
-def tensors_header(tensors, metadata=None, with_metadata=False):
-    """A header dict for (name, dtype, shape) laid out contiguously, and its data size."""
-    h = {}
-    if with_metadata:
-        h["__metadata__"] = metadata
-    offset = 0
-    for name, dtype, shape in tensors:
-        n = 1
-        for d in shape:
-            n *= d
-        size = n * DTYPE_BITS[dtype] // 8
-        h[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    return h, offset
 
 
 def compact(obj):
