@@ -75,7 +75,7 @@ Checkpoint::~Checkpoint() = default;
 const std::string& Checkpoint::location() const noexcept { return impl_->location; }
 bool Checkpoint::sharded() const noexcept { return impl_->index.has_value(); }
 const std::optional<ShardIndex>& Checkpoint::index() const noexcept { return impl_->index; }
-const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->listing; }
+const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->listed(); }
 const Header* Checkpoint::header(std::size_t file) const noexcept {
   return file < impl_->files.size() ? &impl_->files[file].header : nullptr;
 }
@@ -212,11 +212,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
 }
 
 Result<void> Checkpoint::Impl::finish_open() {
-  listing.reserve(files.size());
-  for (auto& f : files) {
-    f.info.sha256 = detail::sha256_of_linked_etag(f.remote.linked_etag);
-    listing.push_back(f.info);
-  }
+  for (auto& f : files) f.info.sha256 = detail::sha256_of_linked_etag(f.remote.linked_etag);
   if (index) {
     if (auto r = check_index_matches(*this); !r) return fail(r.error());
   }

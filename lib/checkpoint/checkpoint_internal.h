@@ -2,6 +2,7 @@
 // Private: the state behind tensorfetch::Checkpoint, shared by its translation units.
 #pragma once
 
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -77,8 +78,11 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string index_name;                        // index file name, when sharded
   std::optional<ShardIndex> index;               // when sharded
   std::vector<OpenFile> files;                   // in index order (one for a single file)
-  std::vector<CheckpointFile> listing;           // `Checkpoint::files()`: each OpenFile::info, as
-                                                 // finish_open found them (they do not change later)
+  // `Checkpoint::files()`: a copy of each OpenFile::info (which do not change after open), made
+  // on its first call (see listed()), so that callers that never ask (a `get` of a few tensors
+  // of 10,000 shards) do not hold every path and URL twice.
+  mutable std::once_flag listing_once;
+  mutable std::vector<CheckpointFile> listing;
   std::vector<TensorRef> tensors;                // natural name order
   detail::NameIndex by_name;                     // names of `tensors`, to their positions
   bool remote = false;
@@ -105,8 +109,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string confine_root;                      // local files must lie inside this directory
                                                  // (links followed only within it; "" = any)
 
-  /// Fills `listing`, indexes `tensors` of every header by natural name order; checks the index
-  /// when sharded.
+  /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();
 
   /// The bytes of file `file` (a local mapping, or the mapped cache blob), after checking that
@@ -122,6 +125,15 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   [[nodiscard]] detail::BlobIdentity blob_identity(std::size_t file) const {
     const OpenFile& f = files[file];
     return detail::blob_identity(f.remote.resolve_url, f.remote.linked_etag, f.remote.range_etag, f.info.size);
+  }
+
+  /// `listing`, made on the first call; thread-safe.
+  [[nodiscard]] const std::vector<CheckpointFile>& listed() const {
+    std::call_once(listing_once, [this] {
+      listing.reserve(files.size());
+      for (const auto& f : files) listing.push_back(f.info);
+    });
+    return listing;
   }
 
   /// Where local file `file` is on disk (its name under `root`).
