@@ -19,6 +19,7 @@
 #include "tensorfetch/export.hpp"
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/index.hpp"
+#include "tensorfetch/progress.hpp"
 #include "tensorfetch/slice.hpp"
 
 namespace tensorfetch {
@@ -107,26 +108,6 @@ struct OpenOptions {
   CancelToken cancel;
   /// Told when a server asks the open to wait (a rate limit); unset: nobody is told.
   ServerWaitCallback on_wait;
-};
-
-/// Progress of one file in a fetch. A plain value.
-struct FileProgress {
-  std::size_t file = 0;            ///< position in `Checkpoint::files()`
-  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
-  std::uint64_t bytes_total = 0;   ///< bytes to transfer
-};
-
-/// Progress of a fetch. A plain value; `per_file` is valid during the callback only.
-struct FetchProgress {
-  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
-  std::uint64_t bytes_total = 0;   ///< bytes to transfer (what the cache did not hold)
-  std::uint64_t bytes_cached = 0;  ///< wanted bytes the cache already held
-  std::size_t files_done = 0;      ///< files with nothing left to transfer
-  std::size_t files_total = 0;     ///< files involved
-  double seconds = 0;              ///< since the fetch started
-  std::span<const FileProgress> per_file;  ///< each file involved
-  /// When a server asked for a wait (a rate limit): how long the retry waits, from now; else 0.
-  double waiting_seconds = 0;
 };
 
 /// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file

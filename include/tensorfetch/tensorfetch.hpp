@@ -12,6 +12,7 @@
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/index.hpp"
 #include "tensorfetch/parameters.hpp"
+#include "tensorfetch/progress.hpp"
 #include "tensorfetch/slice.hpp"
 #include "tensorfetch/version.hpp"
 #include "tensorfetch/writer.hpp"

@@ -75,9 +75,9 @@ Checkpoint::~Checkpoint() = default;
 const std::string& Checkpoint::location() const noexcept { return impl_->location; }
 bool Checkpoint::sharded() const noexcept { return impl_->index.has_value(); }
 const std::optional<ShardIndex>& Checkpoint::index() const noexcept { return impl_->index; }
-const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->files; }
+const std::vector<CheckpointFile>& Checkpoint::files() const noexcept { return impl_->listed(); }
 const Header* Checkpoint::header(std::size_t file) const noexcept {
-  return file < impl_->headers.size() ? &impl_->headers[file] : nullptr;
+  return file < impl_->files.size() ? &impl_->files[file].header : nullptr;
 }
 const std::vector<TensorRef>& Checkpoint::tensors() const noexcept { return impl_->tensors; }
 bool Checkpoint::remote() const noexcept { return impl_->remote; }
@@ -93,9 +93,9 @@ const TensorRef* Checkpoint::find(std::string_view name) const {
 
 namespace {
 
-// Maps and validates one safetensors file of `impl`.
-Result<void> load_file(Checkpoint::Impl& impl, std::size_t i, HeaderParser& parser) {
-  const std::string path = impl.local_path(i);
+// Maps and validates local file `name` (under `impl.root`) and adds it to `impl.files`.
+Result<void> load_file(Checkpoint::Impl& impl, const std::string& name, HeaderParser& parser) {
+  const std::string path = impl.root.empty() ? name : impl.root + "/" + name;
   auto map = detail::MappedFile::open_within(impl.confine_root, path);
   if (!map) return fail(map.error());
   // The whole mapping is given, so the header is parsed in place.
@@ -107,9 +107,9 @@ Result<void> load_file(Checkpoint::Impl& impl, std::size_t i, HeaderParser& pars
   const auto begin = reinterpret_cast<std::uintptr_t>(map->bytes().data());
   const auto end = (begin + kPrefixSize + header->header_size) & ~(page - 1);
   if (end > begin + page) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-  impl.files[i].size = map->size();
-  impl.maps[i] = std::move(*map);
-  impl.headers[i] = std::move(*header);
+  const std::uint64_t size = map->size();
+  impl.files.push_back(OpenFile{CheckpointFile{name, size, std::nullopt, {}, std::nullopt}, std::move(*header),
+                                std::move(*map), {}});
   return {};
 }
 
@@ -118,7 +118,7 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
   const ShardIndex& index = *impl.index;
   const std::string where = impl.index_name;
   for (const auto& [name, shard] : index.weight_map) {
-    if (!impl.headers[shard].find(name)) {
+    if (!impl.files[shard].header.find(name)) {
       return fail(ErrorCode::IndexMismatch,
                   where + ": weight_map places tensor " + quote_name(name) + " in " +
                       quote_name(index.shards[shard]) + ", whose header does not hold it");
@@ -126,8 +126,8 @@ Result<void> check_index_matches(const Checkpoint::Impl& impl) {
   }
   // Every tensor of every shard must be listed, for that shard (a name in two shards is
   // caught here too, since the index maps it to only one of them).
-  for (std::size_t s = 0; s < impl.headers.size(); ++s) {
-    for (const auto& t : impl.headers[s].tensors()) {
+  for (std::size_t s = 0; s < impl.files.size(); ++s) {
+    for (const auto& t : impl.files[s].header.tensors()) {
       const std::string_view name = t.name;
       auto it = std::lower_bound(index.weight_map.begin(), index.weight_map.end(), name,
                                  [](const auto& entry, std::string_view n) { return entry.first < n; });
@@ -183,6 +183,7 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
 
   auto [dir, name] = split_dir(path);
   impl.root = dir;
+  std::vector<std::string> names;  // the files, relative to `root`
   if (detail::is_index_path(name)) {
     impl.index_name = name;
     auto map = detail::MappedFile::open_within(impl.confine_root, path);
@@ -191,38 +192,35 @@ Result<void> open_local(Checkpoint::Impl& impl, const std::string& location, con
     if (!index) return fail(index.error().with_context(path));
     impl.index = std::move(*index);
     for (const auto& shard : impl.index->shards) {
-      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, {}, std::nullopt});
-      if (!is_regular_file(impl.local_path(impl.files.size() - 1))) {
+      const std::string shard_path = impl.root.empty() ? shard : impl.root + "/" + shard;
+      if (!is_regular_file(shard_path)) {
         return fail(ErrorCode::IndexMismatch, path + ": names shard " + quote_name(shard) +
-                                                  ", which does not exist at " +
-                                                  impl.local_path(impl.files.size() - 1));
+                                                  ", which does not exist at " + shard_path);
       }
     }
+    names = impl.index->shards;
   } else {
-    impl.files.push_back(CheckpointFile{name, 0, std::nullopt, {}, std::nullopt});
+    names.push_back(name);
   }
-  impl.maps.resize(impl.files.size());
-  impl.headers.resize(impl.files.size());
+  impl.files.reserve(names.size());
   HeaderParser parser;  // one for every shard: its buffers are reused
-  for (std::size_t i = 0; i < impl.files.size(); ++i) {
+  for (const auto& file : names) {
     if (cancel.cancelled()) return fail(ErrorCode::Cancelled, location + ": open cancelled");
-    if (auto r = load_file(impl, i, parser); !r) return fail(r.error());
+    if (auto r = load_file(impl, file, parser); !r) return fail(r.error());
   }
   return {};
 }
 
 Result<void> Checkpoint::Impl::finish_open() {
-  for (std::size_t i = 0; i < rfiles.size() && i < files.size(); ++i) {
-    files[i].sha256 = detail::sha256_of_linked_etag(rfiles[i].linked_etag);
-  }
+  for (auto& f : files) f.info.sha256 = detail::sha256_of_linked_etag(f.remote.linked_etag);
   if (index) {
     if (auto r = check_index_matches(*this); !r) return fail(r.error());
   }
   std::size_t count = 0;
-  for (const auto& h : headers) count += h.tensors().size();
+  for (const auto& f : files) count += f.header.tensors().size();
   tensors.reserve(count);
-  for (std::size_t f = 0; f < headers.size(); ++f) {
-    for (const auto& t : headers[f].tensors()) tensors.push_back(TensorRef{&t, f});
+  for (std::size_t f = 0; f < files.size(); ++f) {
+    for (const auto& t : files[f].header.tensors()) tensors.push_back(TensorRef{&t, f});
   }
   std::sort(tensors.begin(), tensors.end(), [](const TensorRef& a, const TensorRef& b) {
     return natural_less(a.info->name, b.info->name);
@@ -234,8 +232,8 @@ Result<void> Checkpoint::Impl::finish_open() {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     if (auto other = by_name.insert(tensors[i].info->name, i, name_of)) {
       return fail(ErrorCode::IndexMismatch, location + ": tensor " + quote_name(tensors[i].info->name) +
-                                                " is stored in two files: " + files[tensors[*other].file].path +
-                                                " and " + files[tensors[i].file].path);
+                                                " is stored in two files: " + files[tensors[*other].file].info.path +
+                                                " and " + files[tensors[i].file].info.path);
     }
   }
   return {};
@@ -278,11 +276,11 @@ Result<void> check_selection(const Checkpoint::Impl& impl, std::span<const Selec
       return fail(ErrorCode::InvalidArgument, "selection " + std::to_string(i) + " of " +
                                                   std::to_string(selection.size()) + ": " + why);
     };
-    if (s.ref.file >= impl.headers.size() || s.ref.info == nullptr) {
+    if (s.ref.file >= impl.files.size() || s.ref.info == nullptr) {
       return refuse("its tensor reference does not belong to this checkpoint (file " + std::to_string(s.ref.file) +
-                    " of " + std::to_string(impl.headers.size()) + ")");
+                    " of " + std::to_string(impl.files.size()) + ")");
     }
-    const auto entries = impl.headers[s.ref.file].tensors();
+    const auto entries = impl.files[s.ref.file].header.tensors();
     const std::less_equal<const TensorInfo*> le;
     if (entries.empty() || !le(entries.data(), s.ref.info) || !le(s.ref.info, &entries.back())) {
       return refuse("its tensor reference does not belong to this checkpoint");

@@ -2,6 +2,7 @@
 // Private: the state behind tensorfetch::Checkpoint, shared by its translation units.
 #pragma once
 
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -60,15 +61,28 @@ struct RemoteFileState {
   std::string local_path;                   // a complete copy found in the HF cache, if any
 };
 
+/// Everything one safetensors file of an open checkpoint has: what the public API lists, its
+/// parsed header, its bytes when they are on disk, and (remote) how to fetch them. Made whole by
+/// the open that adds it (one push per file), so nothing about a file can fall out of step.
+struct OpenFile {
+  CheckpointFile info;        // path (relative to Impl::root), size, ETag, URL, sha256
+  Header header;              // validated
+  detail::MappedFile map;     // local: the file; remote: the Hugging Face cache's copy, if any
+  RemoteFileState remote;     // remote only
+};
+
 // Hidden: a nested class would otherwise take the exported visibility of Checkpoint.
 struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string location;                          // as given
   std::string root;                              // directory the file names are relative to
   std::string index_name;                        // index file name, when sharded
   std::optional<ShardIndex> index;               // when sharded
-  std::vector<CheckpointFile> files;             // names relative to root
-  std::vector<detail::MappedFile> maps;          // one per file
-  std::vector<Header> headers;                   // one per file
+  std::vector<OpenFile> files;                   // in index order (one for a single file)
+  // `Checkpoint::files()`: a copy of each OpenFile::info (which do not change after open), made
+  // on its first call (see listed()), so that callers that never ask (a `get` of a few tensors
+  // of 10,000 shards) do not hold every path and URL twice.
+  mutable std::once_flag listing_once;
+  mutable std::vector<CheckpointFile> listing;
   std::vector<TensorRef> tensors;                // natural name order
   detail::NameIndex by_name;                     // names of `tensors`, to their positions
   bool remote = false;
@@ -78,9 +92,8 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   // Remote only:
   detail::HttpOptions http;                      // retries, timeouts, CA as open resolved them
   std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
-  std::vector<RemoteFileState> rfiles;           // one per file
-  // Guards RemoteFileState::blob and ::range_url: `fetch` sets them while const members (views,
-  // write) may read them on other threads.
+  // Guards RemoteFileState::blob and ::range_url of every file: `fetch` sets them while const
+  // members (views, write) may read them on other threads.
   mutable std::shared_mutex blob_mutex;
   std::string index_text;                        // the index as received
   std::string token, token_authority, endpoint;  // resolved auth and endpoint
@@ -110,12 +123,22 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
 
   /// The cache identity of remote file `file` (its sha256 and origin when the Hub named one).
   [[nodiscard]] detail::BlobIdentity blob_identity(std::size_t file) const {
-    const auto& rf = rfiles[file];
-    return detail::blob_identity(rf.resolve_url, rf.linked_etag, rf.range_etag, files[file].size);
+    const OpenFile& f = files[file];
+    return detail::blob_identity(f.remote.resolve_url, f.remote.linked_etag, f.remote.range_etag, f.info.size);
   }
 
+  /// `listing`, made on the first call; thread-safe.
+  [[nodiscard]] const std::vector<CheckpointFile>& listed() const {
+    std::call_once(listing_once, [this] {
+      listing.reserve(files.size());
+      for (const auto& f : files) listing.push_back(f.info);
+    });
+    return listing;
+  }
+
+  /// Where local file `file` is on disk (its name under `root`).
   [[nodiscard]] std::string local_path(std::size_t file) const {
-    return root.empty() ? files[file].path : root + "/" + files[file].path;
+    return root.empty() ? files[file].info.path : root + "/" + files[file].info.path;
   }
 };
 

@@ -26,9 +26,9 @@ namespace {
 // Opens the cache blob of remote file `i` (creating it unless offline) and records the bytes
 // `open` already read. Offline, a file the cache has no blob of is left without one.
 Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
-  auto& rf = impl.rfiles[i];
+  auto& rf = impl.files[i].remote;
   if (!rf.local_path.empty()) return {};
-  const auto& file = impl.files[i];
+  const auto& file = impl.files[i].info;
   if (!rf.blob || (rf.blob->shared_verified() && !rf.blob->complete())) {
     // (A verified blob shared by every origin that was discarded since, e.g. by `cache verify`,
     // is never written to: this origin's own blob is used instead.)
@@ -69,7 +69,7 @@ struct FetchJob {
 Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted, const FetchOptions& options) {
   FetchJob job;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    auto& rf = impl.rfiles[i];
+    auto& rf = impl.files[i].remote;
     // Only files whose bytes are wanted get a cache blob: a few tensors of a repo of thousands
     // of shards touch only the shards that hold them.
     if (wanted[i].empty()) continue;
@@ -79,21 +79,21 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
       if (!rf.blob) {  // offline, and never fetched
         const ByteRange& first = wanted[i].front();
         return fail(ErrorCode::NotFetched, impl.location + ": offline (HF_HUB_OFFLINE / --offline), and " +
-                                               impl.files[i].path + " is not in the cache (bytes " +
+                                               impl.files[i].info.path + " is not in the cache (bytes " +
                                                std::to_string(first.offset) + "-" +
                                                std::to_string(first.end() - (first.length ? 1 : 0)) + " wanted)");
       }
     }
     detail::FetchFile f;
-    f.what = impl.files[i].path;
+    f.what = impl.files[i].info.path;
     {
       std::shared_lock lock(impl.blob_mutex);
-      f.url = rf.range_url.empty() ? impl.files[i].url : rf.range_url;
+      f.url = rf.range_url.empty() ? impl.files[i].info.url : rf.range_url;
     }
     f.resolve_url = f.url == rf.resolve_url ? std::string() : rf.resolve_url;
     f.if_match = rf.range_etag;
     f.linked_etag = rf.linked_etag;
-    f.size = impl.files[i].size;
+    f.size = impl.files[i].info.size;
     f.blob = rf.blob.get();
     f.wanted = std::move(wanted[i]);
     f.index = i;
@@ -111,16 +111,7 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   settings.token_authority = impl.token_authority;
   settings.max_gap = options.coalesce_gap;
   settings.max_chunk = options.chunk_size;
-  if (options.progress) {
-    settings.progress = [cb = options.progress, per_file = std::vector<FileProgress>()](
-                            const detail::TransferProgress& p) mutable {
-      per_file.clear();
-      for (const auto& f : p.per_file) per_file.push_back(FileProgress{f.file, f.bytes_done, f.bytes_total});
-      return cb(FetchProgress{.bytes_done = p.bytes_done, .bytes_total = p.bytes_total, .bytes_cached = p.bytes_cached,
-                              .files_done = p.files_done, .files_total = p.files_total, .seconds = p.seconds,
-                              .per_file = per_file, .waiting_seconds = p.waiting_seconds});
-    };
-  }
+  settings.progress = options.progress;
   if (options.on_wait) settings.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
   settings.http.cancel = options.cancel;
   return job;
@@ -147,7 +138,7 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   // Expired URLs may have been resolved again: keep the new ones.
   {
     std::unique_lock lock(impl.blob_mutex);
-    for (const auto& f : job->files) impl.rfiles[f.index].range_url = f.url;
+    for (const auto& f : job->files) impl.files[f.index].remote.range_url = f.url;
   }
   if (!report) return fail(report.error().with_context(impl.location));
   stats.bytes_transferred = report->bytes_transferred;
@@ -164,7 +155,7 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
 std::vector<std::vector<ByteRange>> wanted_ranges(const Checkpoint::Impl& impl, std::span<const Selection> selection) {
   std::vector<std::vector<ByteRange>> wanted(impl.files.size());
   for (const auto& s : selection) {
-    const ByteRange base = impl.headers[s.ref.file].file_range(*s.ref.info);
+    const ByteRange base = impl.files[s.ref.file].header.file_range(*s.ref.info);
     for (const auto& r : s.plan.ranges) wanted[s.ref.file].push_back(ByteRange{base.offset + r.offset, r.length});
   }
   return wanted;
@@ -222,14 +213,14 @@ void open_existing_blobs(Checkpoint::Impl& impl) {
   auto cache = impl.open_cache(false);
   if (!cache && cache.error().code == ErrorCode::NotFound) return;  // none yet
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    auto& rf = impl.rfiles[i];
+    auto& rf = impl.files[i].remote;
     if (rf.blob || !rf.local_path.empty()) continue;
     if (!cache) {
       rf.blob_error = cache.error();
       continue;
     }
-    auto blob = detail::Blob::open(*cache, impl.blob_identity(i), impl.files[i].size, rf.resolve_url,
-                                   impl.files[i].etag, detail::BlobCreate::No);
+    auto blob = detail::Blob::open(*cache, impl.blob_identity(i), impl.files[i].info.size, rf.resolve_url,
+                                   impl.files[i].info.etag, detail::BlobCreate::No);
     std::unique_lock lock(impl.blob_mutex);
     if (blob) {
       rf.blob = std::move(*blob);
@@ -263,7 +254,7 @@ Result<std::vector<PlannedTransfer>> Checkpoint::plan(std::span<const Selection>
 
 Result<FetchStats> Checkpoint::fetch_all(const FetchOptions& options) {
   std::vector<std::vector<ByteRange>> wanted(impl_->files.size());
-  for (std::size_t i = 0; i < impl_->files.size(); ++i) wanted[i].push_back(ByteRange{0, impl_->files[i].size});
+  for (std::size_t i = 0; i < impl_->files.size(); ++i) wanted[i].push_back(ByteRange{0, impl_->files[i].info.size});
   return run_fetch(*impl_, std::move(wanted), options);
 }
 
@@ -276,17 +267,17 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
     return slash == std::string::npos ? std::string() : impl_->index_name.substr(0, slash + 1);
   }();
   for (std::size_t i = 0; i < impl_->files.size(); ++i) {
-    const auto& file = impl_->files[i];
+    const auto& file = impl_->files[i].info;
     const std::string target = dir + "/" + index_dir + file.path;
     std::string source;
     bool link = false;
     if (!impl_->remote) {
       source = impl_->local_path(i);
-    } else if (!impl_->rfiles[i].local_path.empty()) {
-      source = impl_->rfiles[i].local_path;
+    } else if (!impl_->files[i].remote.local_path.empty()) {
+      source = impl_->files[i].remote.local_path;
     } else {
       std::shared_lock lock(impl_->blob_mutex);
-      const auto* blob = impl_->rfiles[i].blob.get();
+      const auto* blob = impl_->files[i].remote.blob.get();
       if (!blob || !blob->complete()) {
         return fail(ErrorCode::NotFetched, file.path + ": not completely in the cache; fetch it first");
       }
@@ -317,16 +308,17 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
 
 Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                  const std::string& what) const {
-  if (!remote || !rfiles[file].local_path.empty()) return maps[file].bytes();
+  const OpenFile& f = files[file];
+  if (!remote || !f.remote.local_path.empty()) return f.map.bytes();
   std::shared_lock lock(blob_mutex);
-  const auto& blob = rfiles[file].blob;
+  const auto& blob = f.remote.blob;
   // The cache could not be read when the blob was looked for: that error, not "not fetched".
-  if (!blob && rfiles[file].blob_error) return fail(rfiles[file].blob_error->with_context(files[file].path));
+  if (!blob && f.remote.blob_error) return fail(f.remote.blob_error->with_context(f.info.path));
   for (const auto& r : needed) {
     auto held = blob ? blob->holds(r) : Result<bool>(false);
-    if (!held) return fail(held.error().with_context(files[file].path + ": " + what));
+    if (!held) return fail(held.error().with_context(f.info.path + ": " + what));
     if (!*held) {
-      return fail(ErrorCode::NotFetched, files[file].path + ": " + what + " (bytes " + std::to_string(r.offset) + "-" +
+      return fail(ErrorCode::NotFetched, f.info.path + ": " + what + " (bytes " + std::to_string(r.offset) + "-" +
                                              std::to_string(r.end()) + ") is not in the cache; fetch it first");
     }
   }
@@ -351,8 +343,8 @@ Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
   if (!writer) return fail(writer.error());
   std::size_t published = 0;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    const auto& rf = impl.rfiles[i];
-    const auto& file = impl.files[i];
+    const auto& rf = impl.files[i].remote;
+    const auto& file = impl.files[i].info;
     const auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
     if (!sha) continue;  // huggingface_hub names LFS blobs by sha256; without one, skip
     if (!rf.local_path.empty()) {
@@ -386,11 +378,11 @@ Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
   if (tensor.file >= impl_->files.size() || tensor.info == nullptr) {
     return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
   }
-  const ByteRange range = impl_->headers[tensor.file].file_range(*tensor.info);
+  const ByteRange range = impl_->files[tensor.file].header.file_range(*tensor.info);
   auto bytes = impl_->served_bytes(tensor.file, std::span(&range, 1), "tensor " + quote_name(tensor.info->name));
   if (!bytes) return fail(bytes.error());
   if (range.end() > bytes->size()) {
-    return fail(ErrorCode::Io, impl_->files[tensor.file].path + ": tensor " + quote_name(tensor.info->name) +
+    return fail(ErrorCode::Io, impl_->files[tensor.file].info.path + ": tensor " + quote_name(tensor.info->name) +
                                    " lies beyond the mapped file");
   }
   return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, bytes->subspan(range.offset, range.length)};
@@ -403,16 +395,16 @@ Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> o
   }
   const std::string what = "tensor " + quote_name(tensor.info->name);
   if (out.size() != selection.plan.nbytes) {
-    return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what + ": the selection has " +
+    return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].info.path + ": " + what + ": the selection has " +
                                                 std::to_string(selection.plan.nbytes) + " bytes, the buffer " +
                                                 std::to_string(out.size()));
   }
-  const ByteRange base = impl_->headers[tensor.file].file_range(*tensor.info);
+  const ByteRange base = impl_->files[tensor.file].header.file_range(*tensor.info);
   std::vector<ByteRange> needed;
   needed.reserve(selection.plan.ranges.size());
   for (const auto& r : selection.plan.ranges) {
     if (r.end() > tensor.info->nbytes()) {
-      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what + ": a planned range (bytes " +
+      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].info.path + ": " + what + ": a planned range (bytes " +
                                                   std::to_string(r.offset) + "-" + std::to_string(r.end()) +
                                                   ") lies outside the tensor");
     }
@@ -423,10 +415,10 @@ Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> o
   std::size_t at = 0;
   for (const auto& r : needed) {
     if (r.end() > bytes->size()) {
-      return fail(ErrorCode::Io, impl_->files[tensor.file].path + ": " + what + " lies beyond the mapped file");
+      return fail(ErrorCode::Io, impl_->files[tensor.file].info.path + ": " + what + " lies beyond the mapped file");
     }
     if (at + r.length > out.size()) {
-      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].path + ": " + what +
+      return fail(ErrorCode::InvalidArgument, impl_->files[tensor.file].info.path + ": " + what +
                                                   ": the planned ranges exceed the selection's size");
     }
     std::memcpy(out.data() + at, bytes->data() + r.offset, r.length);

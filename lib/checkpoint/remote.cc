@@ -48,18 +48,58 @@ std::string header_or(const detail::Headers& h, const char* name, std::string fa
   return it == h.end() ? fallback : it->second;
 }
 
+// The HTTP settings of an open (and, with `max_parallel` changed, of its fetches).
+detail::HttpOptions http_options(const OpenOptions& options) {
+  detail::HttpOptions http;
+  http.max_parallel = std::max<std::size_t>(1, options.header_connections);
+  http.max_retries = options.max_retries;
+  http.backoff_base_ms = options.retry_backoff_ms;
+  http.stall_timeout_ms = options.stall_timeout_ms;
+  http.min_rate = options.min_rate;
+  http.connect_timeout_ms = options.connect_timeout_ms;
+  const char* bundle = std::getenv("CURL_CA_BUNDLE");
+  http.ca_file = !options.ca_file.empty() ? options.ca_file : std::string(bundle ? bundle : "");
+  http.size_headers = {"x-linked-size"};  // the Hub names an LFS file's size on its redirect
+  return http;
+}
+
+// The HTTP client of an open: the open's settings, cancelled by the open's token, telling the
+// open's wait callback.
+detail::HttpClient open_client(const OpenOptions& options) {
+  detail::HttpOptions open_http = http_options(options);
+  open_http.cancel = options.cancel;  // this open only: fetches take their own token
+  if (options.on_wait) {
+    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
+  }
+  return detail::HttpClient(open_http);
+}
+
+// One remote open: what it asks (the location), whom and how (endpoint, token, HTTP client),
+// and its steps, in order (open_remote runs them):
+//  1. resolve the location: endpoint, token, the Hugging Face cache's directory of the repo;
+//  2. read what the location names: a repo's candidates at once (round 1), or a URL's index;
+//  3. read the index, when there is one: its shards become the files;
+//  4. read every file's header (at most two rounds), unless this cache recorded them for the
+//     commit, or the Hugging Face cache holds the file;
+//  5. pin the commit the first response named (every file and config.json is read at it);
+//  6. use the Hugging Face cache's copies of the files it holds.
 struct Remote {
   Checkpoint::Impl& impl;
   const OpenOptions& options;
   detail::HttpClient client;
+  detail::Location location;
   std::string endpoint;
   std::string token;
   std::string token_authority;
-  detail::Location location;
   std::string token_source;  // where the token came from ("" = anonymous), for messages
   // `[datasets/]ORG/NAME` as the Hub names the repo in its resolve URLs: the location's, or the
   // canonical name a rename redirect (`/gpt2/resolve/...` -> `/openai-community/gpt2/...`) gave.
   std::string repo_path;
+  std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
+  std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
+
+  Remote(Checkpoint::Impl& into, const OpenOptions& open_options, detail::Location where)
+      : impl(into), options(open_options), client(open_client(open_options)), location(std::move(where)) {}
 
   HttpRequest request(std::string url, std::optional<ByteRange> range, std::uint64_t max_body) const {
     HttpRequest r;
@@ -187,15 +227,15 @@ struct Remote {
     return std::nullopt;
   }
 
-  // Reads and parses the headers of every file in impl.files, whose `url` fields hold the
-  // URLs to ask (resolve URLs or direct URLs). `prefixes` may already hold first bytes.
-  // A file of this commit the Hugging Face cache holds (snapshots/COMMIT/PATH): its header is
-  // read from there, and later its bytes too, with no request.
+  // Step 4, shard headers, from the Hugging Face cache: a file of this commit the cache holds
+  // (snapshots/COMMIT/PATH) gives its header from there, and later its bytes too, with no
+  // request; fills the file's size and ETag (its sha256, from the blob's name).
   std::optional<RemoteFileState> from_hf_snapshot(std::size_t i) {
     if (location.kind != detail::LocationKind::Hub || !impl.commit || hf_repo_dir.empty()) return std::nullopt;
+    CheckpointFile& file = impl.files[i].info;
     const auto slash = impl.index_name.rfind('/');
     const std::string dir = impl.index && slash != std::string::npos ? impl.index_name.substr(0, slash + 1) : "";
-    const std::string rel = detail::hf_snapshot_path(*impl.commit, dir + impl.files[i].path);
+    const std::string rel = detail::hf_snapshot_path(*impl.commit, dir + file.path);
     // The snapshot entry is a link into ../../blobs/: followed only while it stays inside the
     // repo's directory of the Hugging Face cache.
     auto root = detail::open_hf_repo(hf_repo_dir);
@@ -215,89 +255,109 @@ struct Remote {
     if (::pread(fd->get(), state.prefix.data(), state.prefix.size(), 0) != static_cast<ssize_t>(state.prefix.size())) {
       return std::nullopt;
     }
-    state.resolve_url = impl.files[i].url;
+    state.resolve_url = file.url;
     state.local_path = hf_repo_dir + "/" + rel;
     if (resolved.starts_with("blobs/")) {
       if (auto sha = detail::sha256_of_linked_etag(resolved.substr(6))) state.linked_etag = "\"" + *sha + "\"";
     }
-    impl.files[i].size = size;
-    impl.files[i].etag = state.linked_etag;
+    file.size = size;
+    file.etag = state.linked_etag;
     return state;
   }
 
+  // Step 4, shard headers, first round: the first W bytes of every file no earlier step read,
+  // all at once (fills each file's size, ETag and URL).
+  Result<void> read_first_windows(std::vector<std::optional<RemoteFileState>>& states) {
+    std::vector<HttpRequest> reqs;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      if (states[i]) continue;
+      reqs.push_back(request(impl.files[i].info.url, ByteRange{0, window()}, window()));
+      which.push_back(i);
+    }
+    auto results = client.perform(reqs);
+    for (std::size_t k = 0; k < which.size(); ++k) {
+      const std::size_t i = which[k];
+      const std::string what = impl.files[i].info.path;
+      if (!results[k]) return fail(results[k].error().with_context(what));
+      auto state = file_prefix(*results[k], impl.files[i].info, what);
+      if (!state) return fail(state.error());
+      states[i] = std::move(*state);
+    }
+    return {};
+  }
+
+  // Step 4, shard headers, second round: the rest of every header larger than W, all at once,
+  // each at the ETag its first window had (a file that changed in between is an Integrity
+  // error).
+  Result<void> read_header_rests(std::vector<std::optional<RemoteFileState>>& states) {
+    std::vector<HttpRequest> reqs;
+    std::vector<std::size_t> which;
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      const CheckpointFile& file = impl.files[i].info;
+      auto& bytes = states[i]->prefix;
+      auto size = parse_header_size(std::as_bytes(std::span(bytes)), file.size);
+      if (!size) return fail(size.error().with_context(file.path + " (" + file.url + ")"));
+      const std::uint64_t need = kPrefixSize + *size;
+      if (need > bytes.size()) {
+        HttpRequest r = request(file.url, ByteRange{bytes.size(), need - bytes.size()}, need - bytes.size());
+        r.if_match = states[i]->range_etag;
+        reqs.push_back(std::move(r));
+        which.push_back(i);
+      }
+    }
+    if (reqs.empty()) return {};
+    auto results = client.perform(reqs);
+    for (std::size_t k = 0; k < which.size(); ++k) {
+      const std::size_t i = which[k];
+      const CheckpointFile& file = impl.files[i].info;
+      const std::string& what = file.path;
+      if (!results[k]) return fail(results[k].error().with_context(what));
+      const HttpResponse& r = *results[k];
+      if (r.status != 206) {
+        return fail(r.status == 412 ? Error{ErrorCode::Integrity,
+                                            what + ": the file changed between two reads of its header "
+                                                   "(ETag no longer matches): " + r.url}
+                                    : response_error(r, what));
+      }
+      if (r.content_range->total != file.size) {
+        return fail(ErrorCode::Integrity, what + ": the file's size changed from " + std::to_string(file.size) +
+                                              " to " + std::to_string(r.content_range->total) + ": " + r.url);
+      }
+      states[i]->prefix += r.body;
+    }
+    return {};
+  }
+
+  // Step 4, shard headers: reads and parses the header of every file in impl.files, whose
+  // `info.url` holds the URL to ask (a resolve URL or a direct URL), in at most two rounds;
+  // `states` may already hold the first bytes of some (read by an earlier step).
   Result<void> load_headers(std::vector<std::optional<RemoteFileState>> states) {
     const std::size_t n = impl.files.size();
     states.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       if (!states[i]) states[i] = from_hf_snapshot(i);
     }
-    // Round: the first W bytes of every file not yet read.
-    std::vector<HttpRequest> reqs;
-    std::vector<std::size_t> which;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (states[i]) continue;
-      reqs.push_back(request(impl.files[i].url, ByteRange{0, window()}, window()));
-      which.push_back(i);
-    }
-    auto results = client.perform(reqs);
-    for (std::size_t k = 0; k < which.size(); ++k) {
-      const std::size_t i = which[k];
-      const std::string what = impl.files[i].path;
-      if (!results[k]) return fail(results[k].error().with_context(what));
-      auto state = file_prefix(*results[k], impl.files[i], what);
-      if (!state) return fail(state.error());
-      states[i] = std::move(*state);
-    }
-    // Round: the rest of the headers larger than W, at once.
-    reqs.clear();
-    which.clear();
-    for (std::size_t i = 0; i < n; ++i) {
-      auto& bytes = states[i]->prefix;
-      auto size = parse_header_size(std::as_bytes(std::span(bytes)), impl.files[i].size);
-      if (!size) return fail(size.error().with_context(impl.files[i].path + " (" + impl.files[i].url + ")"));
-      const std::uint64_t need = kPrefixSize + *size;
-      if (need > bytes.size()) {
-        HttpRequest r = request(impl.files[i].url, ByteRange{bytes.size(), need - bytes.size()},
-                                need - bytes.size());
-        r.if_match = states[i]->range_etag;
-        reqs.push_back(std::move(r));
-        which.push_back(i);
-      }
-    }
-    if (!reqs.empty()) {
-      results = client.perform(reqs);
-      for (std::size_t k = 0; k < which.size(); ++k) {
-        const std::size_t i = which[k];
-        const std::string what = impl.files[i].path;
-        if (!results[k]) return fail(results[k].error().with_context(what));
-        const HttpResponse& r = *results[k];
-        if (r.status != 206) {
-          return fail(r.status == 412 ? Error{ErrorCode::Integrity,
-                                              what + ": the file changed between two reads of its header "
-                                                     "(ETag no longer matches): " + r.url}
-                                      : response_error(r, what));
-        }
-        if (r.content_range->total != impl.files[i].size) {
-          return fail(ErrorCode::Integrity, what + ": the file's size changed from " +
-                                                std::to_string(impl.files[i].size) + " to " +
-                                                std::to_string(r.content_range->total) + ": " + r.url);
-        }
-        states[i]->prefix += r.body;
-      }
-    }
-    impl.headers.resize(n);
+    if (auto r = read_first_windows(states); !r) return r;
+    if (auto r = read_header_rests(states); !r) return r;
     HeaderParser parser;
     for (std::size_t i = 0; i < n; ++i) {
-      auto header = parser.parse_file_prefix(std::as_bytes(std::span(states[i]->prefix)), impl.files[i].size);
-      if (!header) return fail(header.error().with_context(impl.files[i].path + " (" + impl.files[i].url + ")"));
-      impl.headers[i] = std::move(*header);
+      OpenFile& file = impl.files[i];
+      auto header = parser.parse_file_prefix(std::as_bytes(std::span(states[i]->prefix)), file.info.size);
+      if (!header) return fail(header.error().with_context(file.info.path + " (" + file.info.url + ")"));
+      file.header = std::move(*header);
     }
-    impl.rfiles.resize(n);
-    for (std::size_t i = 0; i < n; ++i) impl.rfiles[i] = std::move(*states[i]);
+    for (std::size_t i = 0; i < n; ++i) impl.files[i].remote = std::move(*states[i]);
     return {};
   }
 
-  // After an index is known: shard files named relative to it.
+  // Adds a file, known so far by its name and the URL to ask for it.
+  void add_file(std::string path, std::string url) {
+    impl.files.push_back(OpenFile{CheckpointFile{std::move(path), 0, std::nullopt, std::move(url), std::nullopt}, {}, {}, {}});
+  }
+
+  // Step 3, the index: parses it and adds the shards it names, each at the URL `shard_url`
+  // makes of its name.
   Result<void> use_index(const std::string& text, const std::string& index_path,
                          const std::function<std::string(const std::string&)>& shard_url) {
     auto index = parse_index(std::as_bytes(std::span(text)));
@@ -305,12 +365,13 @@ struct Remote {
     impl.index = std::move(*index);
     impl.index_name = index_path;
     impl.index_text = text;
-    for (const auto& shard : impl.index->shards) {
-      impl.files.push_back(CheckpointFile{shard, 0, std::nullopt, shard_url(shard), std::nullopt});
-    }
+    impl.files.reserve(impl.index->shards.size());
+    for (const auto& shard : impl.index->shards) add_file(shard, shard_url(shard));
     return {};
   }
 
+  // Step 2 for a URL: an index is read now (its shards are added); a file is only added (its
+  // first window is read with the shard headers).
   Result<void> open_url() {
     const std::string& url = location.url;
     const std::string_view without_query = std::string_view(url).substr(0, url.find_first_of("?#"));
@@ -323,7 +384,7 @@ struct Remote {
       if (r.status != 200) return fail(response_error(r, name));
       return use_index(r.body, name, [&](const std::string& shard) { return detail::sibling_url(url, shard); });
     }
-    impl.files.push_back(CheckpointFile{name.empty() ? url : name, 0, std::nullopt, url, std::nullopt});
+    add_file(name.empty() ? url : name, url);
     return {};
   }
 
@@ -353,30 +414,85 @@ struct Remote {
     }
   }
 
+  // The resolve URL of `path` at revision `rev`, under the repo's canonical name.
+  std::string resolve(const std::string& rev, const std::string& path) const {
+    detail::HubRef canonical{false, repo_path, rev, std::nullopt};  // repo_path has datasets/
+    return detail::resolve_url(endpoint, canonical, rev, path);
+  }
+
+  // One request per path of the repo at the revision given, all at once: safetensors files
+  // for their first window, other files (index, config.json) whole up to their limit.
+  std::vector<Result<HttpResponse>> ask_hub(const std::vector<std::string>& paths) {
+    std::vector<HttpRequest> reqs;
+    for (const auto& p : paths) {
+      const bool safetensors = p.ends_with(".safetensors");
+      const std::uint64_t limit = safetensors ? window() : (p == "config.json" ? kMaxConfigSize : kMaxIndexSize);
+      reqs.push_back(request(resolve(location.hub.revision, p),
+                             safetensors ? std::optional(ByteRange{0, window()}) : std::nullopt, limit));
+    }
+    return client.perform(reqs);
+  }
+
+  // Step 2 for a repo, round 1b: the diffusers layouts, asked only of repos that have neither
+  // of the usual files; the first one found is put into `paths` and `results` before their
+  // last entry (config.json). Returns its position, if one was found.
+  Result<std::optional<std::size_t>> ask_diffusers(std::vector<std::string>& paths,
+                                                   std::vector<Result<HttpResponse>>& results) {
+    std::vector<std::string> more;
+    for (auto c : detail::checkpoint_candidates()) {
+      if (c != "model.safetensors" && c != "model.safetensors.index.json") more.emplace_back(c);
+    }
+    auto more_results = ask_hub(more);
+    const std::size_t config_k = paths.size() - 1;
+    for (std::size_t k = 0; k < more.size(); ++k) {
+      if (!more_results[k]) return fail(more_results[k].error().with_context(more[k]));
+      if (more_results[k]->status == 200 || more_results[k]->status == 206) {
+        paths.insert(paths.begin() + static_cast<std::ptrdiff_t>(config_k), more[k]);
+        results.insert(results.begin() + static_cast<std::ptrdiff_t>(config_k), std::move(more_results[k]));
+        return std::optional<std::size_t>(config_k);
+      }
+    }
+    return std::optional<std::size_t>();
+  }
+
+  // Step 2 for a repo, the error when no candidate was found: "not a safetensors repo" for a
+  // 404, else what the first candidate's answer says.
+  Error no_checkpoint(const std::vector<std::string>& paths, const HttpResponse& r) const {
+    const auto& hub = location.hub;
+    if (r.status != 404) return response_error(r, paths[0]);
+    return {ErrorCode::RemoteNotFound,
+            repo_text() + " at revision '" + hub.revision + "' has no " +
+                (hub.path ? *hub.path : std::string("model.safetensors, model.safetensors.index.json or diffusers checkpoint")) +
+                ": not a safetensors repo (" + r.url + ")"};
+  }
+
+  // Step 5, pin the commit: config.json found in round 1 that came from another commit than
+  // the checkpoint (the branch moved) is read again at the pinned one.
+  void config_at_commit(const HttpResponse& config, const std::string& rev) {
+    if (note_commit(config, "config.json")) return;
+    std::vector<HttpRequest> again{request(resolve(rev, "config.json"), std::nullopt, kMaxConfigSize)};
+    auto res = client.perform(again);
+    impl.config_json.reset();
+    if (res[0] && res[0]->status == 200) impl.config_json = res[0]->body;
+  }
+
+  // Step 2 for a repo: round 1 asks for the candidates at once (the index given, or the single
+  // file, the index and config.json), round 1b for the diffusers layouts when none was found.
+  // The chosen candidate pins the commit every other file is read at: an index adds its
+  // shards (step 3); a single file keeps its first window in `pending_state`.
   Result<void> open_hub() {
     const auto& hub = location.hub;
-    auto resolve = [&](const std::string& rev, const std::string& path) {
-      detail::HubRef canonical{false, repo_path, rev, std::nullopt};  // repo_path has datasets/
-      return detail::resolve_url(endpoint, canonical, rev, path);
-    };
     if (hub.path && !detail::is_index_path(*hub.path)) {  // one file
-      impl.files.push_back(CheckpointFile{*hub.path, 0, std::nullopt, resolve(hub.revision, *hub.path), std::nullopt});
+      add_file(*hub.path, resolve(hub.revision, *hub.path));
       return {};
     }
-    // Round 1: candidates at once (the index given, or the single file, the index, config.json).
     std::vector<std::string> paths;
     if (hub.path) {
       paths = {*hub.path, "config.json"};
     } else {
       paths = {"model.safetensors", "model.safetensors.index.json", "config.json"};
     }
-    std::vector<HttpRequest> reqs;
-    for (const auto& p : paths) {
-      const bool safetensors = p.ends_with(".safetensors");
-      const std::uint64_t limit = safetensors ? window() : (p == "config.json" ? kMaxConfigSize : kMaxIndexSize);
-      reqs.push_back(request(resolve(hub.revision, p), safetensors ? std::optional(ByteRange{0, window()}) : std::nullopt, limit));
-    }
-    auto results = client.perform(reqs);
+    auto results = ask_hub(paths);
     // A response that says the repo, revision or access is wrong decides at once.
     for (std::size_t k = 0; k < results.size(); ++k) {
       if (!results[k]) return fail(results[k].error().with_context(paths[k]));
@@ -390,59 +506,24 @@ struct Remote {
     for (const auto& res : results) learn_canonical_name(*res);
     auto found = [&](std::size_t k) { return results[k]->status == 200 || results[k]->status == 206; };
     const std::size_t config_k = paths.size() - 1;
-    if (found(config_k)) {
-      impl.config_json = results[config_k]->body;
-    }
+    const bool has_config = found(config_k);
+    if (has_config) impl.config_json = results[config_k]->body;
     std::optional<std::size_t> chosen;
     for (std::size_t k = 0; k < config_k && !chosen; ++k) {
       if (found(k)) chosen = k;
     }
     if (!chosen && !hub.path) {
-      // Round 1b, diffusers layouts (only for repos that have neither of the usual files).
-      std::vector<std::string> more;
-      for (auto c : detail::checkpoint_candidates()) {
-        if (c != "model.safetensors" && c != "model.safetensors.index.json") more.emplace_back(c);
-      }
-      std::vector<HttpRequest> more_reqs;
-      for (const auto& p : more) {
-        const bool safetensors = p.ends_with(".safetensors");
-        more_reqs.push_back(request(resolve(hub.revision, p),
-                                    safetensors ? std::optional(ByteRange{0, window()}) : std::nullopt,
-                                    safetensors ? window() : kMaxIndexSize));
-      }
-      auto more_results = client.perform(more_reqs);
-      for (std::size_t k = 0; k < more.size(); ++k) {
-        if (!more_results[k]) return fail(more_results[k].error().with_context(more[k]));
-        if (more_results[k]->status == 200 || more_results[k]->status == 206) {
-          paths.insert(paths.begin() + static_cast<std::ptrdiff_t>(config_k), more[k]);
-          results.insert(results.begin() + static_cast<std::ptrdiff_t>(config_k), std::move(more_results[k]));
-          chosen = config_k;
-          break;
-        }
-      }
+      auto diffusers = ask_diffusers(paths, results);
+      if (!diffusers) return fail(diffusers.error());
+      chosen = *diffusers;
     }
-    if (!chosen) {
-      const HttpResponse& r = *results[0];
-      if (r.status == 404) {
-        return fail(ErrorCode::RemoteNotFound,
-                    repo_text() + " at revision '" + hub.revision + "' has no " +
-                        (hub.path ? *hub.path : std::string("model.safetensors, model.safetensors.index.json or diffusers checkpoint")) +
-                        ": not a safetensors repo (" + r.url + ")");
-      }
-      return fail(response_error(r, paths[0]));
-    }
+    if (!chosen) return fail(no_checkpoint(paths, *results[0]));
     const std::string path = paths[*chosen];
     const HttpResponse& r = *results[*chosen];
     if (auto c = note_commit(r, path); !c) return fail(c.error());
     // Every other file is read at the commit this response named.
     const std::string rev = impl.commit ? *impl.commit : hub.revision;
-    if (found(config_k) && !note_commit(*results[config_k], "config.json")) {
-      // config.json came from another commit (the branch moved): read it again at ours.
-      std::vector<HttpRequest> again{request(resolve(rev, "config.json"), std::nullopt, kMaxConfigSize)};
-      auto res = client.perform(again);
-      impl.config_json.reset();
-      if (res[0] && res[0]->status == 200) impl.config_json = res[0]->body;
-    }
+    if (has_config) config_at_commit(*results[paths.size() - 1], rev);
     if (detail::is_index_path(path)) {
       const auto dir = path.substr(0, path.rfind('/') + 1);  // shards sit beside the index
       return use_index(r.body, path, [&](const std::string& shard) { return resolve(rev, dir + shard); });
@@ -451,28 +532,158 @@ struct Remote {
     auto state = file_prefix(r, file, path);
     if (!state) return fail(state.error());
     state->resolve_url = resolve(rev, path);  // resolved again (expired URLs) at the pinned commit
-    impl.files.push_back(std::move(file));
+    impl.files.push_back(OpenFile{std::move(file), {}, {}, {}});
     pending_state = std::move(*state);
     return {};
   }
 
-  std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
-  std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
+  // Step 2: what the location names, read in the fewest round trips (see the top of this file).
+  Result<void> open_location() { return location.kind == detail::LocationKind::Http ? open_url() : open_hub(); }
+
+  // The name of the snapshot manifest of this location at `revision` (a Hub repo) or of its URL.
+  std::string snapshot_key(const std::string& revision) const {
+    if (location.kind == detail::LocationKind::Http) return detail::sha256_hex("url\n" + location.url);
+    return detail::sha256_hex("hub\n" + endpoint + "\n" + (location.hub.dataset ? "datasets/" : "") +
+                              location.hub.repo_id + "\n" + revision + "\n" + location.hub.path.value_or(""));
+  }
 };
 
-// The HTTP settings of an open (and, with `max_parallel` changed, of its fetches).
-detail::HttpOptions http_options(const OpenOptions& options) {
-  detail::HttpOptions http;
-  http.max_parallel = std::max<std::size_t>(1, options.header_connections);
-  http.max_retries = options.max_retries;
-  http.backoff_base_ms = options.retry_backoff_ms;
-  http.stall_timeout_ms = options.stall_timeout_ms;
-  http.min_rate = options.min_rate;
-  http.connect_timeout_ms = options.connect_timeout_ms;
-  const char* bundle = std::getenv("CURL_CA_BUNDLE");
-  http.ca_file = !options.ca_file.empty() ? options.ca_file : std::string(bundle ? bundle : "");
-  http.size_headers = {"x-linked-size"};  // the Hub names an LFS file's size on its redirect
-  return http;
+// Step 1, resolve the location: the endpoint (the option, else HF_ENDPOINT), the token (the
+// option, else the environment's) and where the Hub repo's files are in the Hugging Face cache;
+// refuses an endpoint or token that cannot be sent.
+Result<void> resolve_location(Remote& remote, const detail::HubEnvironment& hf) {
+  const OpenOptions& options = remote.options;
+  if (remote.location.kind == detail::LocationKind::Hub) {
+    remote.hf_repo_dir = detail::hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf.hub_cache,
+                                             remote.location.hub);
+    remote.repo_path = (remote.location.hub.dataset ? "datasets/" : "") + remote.location.hub.repo_id;
+  }
+  remote.endpoint = options.endpoint;
+  while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
+  if (remote.endpoint.empty()) remote.endpoint = hf.endpoint;
+  if (auto ok = detail::check_url_text(remote.endpoint, options.endpoint.empty() ? "HF_ENDPOINT" : "the endpoint"); !ok) {
+    return fail(ok.error());
+  }
+  if (options.token) {
+    const std::string source = "the token option (OpenOptions::token, tf_open_options.token)";
+    if (auto ok = detail::check_token(*options.token, source); !ok) return fail(ok.error());
+    remote.token = *options.token;
+    remote.token_source = source;
+  } else if (hf.token) {
+    remote.token = hf.token->value;
+    remote.token_source = hf.token->source;
+  }
+  remote.token_authority = detail::url_authority(remote.endpoint);
+  return {};
+}
+
+// Records in `impl` what its fetches need later (HTTP settings, endpoint, token, the cache and
+// its snapshot key, offline or not) and what it is (a Hub repo at a revision).
+void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail::HubEnvironment& hf) {
+  const OpenOptions& options = remote.options;
+  if (remote.location.kind == detail::LocationKind::Hub) {
+    impl.hub = true;
+    impl.revision = remote.location.hub.revision;
+    impl.hf_repo_dir = remote.hf_repo_dir;
+  }
+  impl.http = http_options(options);
+  impl.connections = options.connections;
+  impl.endpoint = remote.endpoint;
+  impl.token = remote.token;
+  impl.token_authority = remote.token_authority;
+  impl.cache_root = !options.cache_dir.empty() ? options.cache_dir : detail::default_cache_root();
+  impl.cache_sharing = !options.shared_cache ? detail::default_cache_sharing()
+                       : *options.shared_cache ? detail::Sharing::Group
+                                               : detail::Sharing::Private;
+  impl.snapshot_keys = {remote.snapshot_key(remote.location.hub.revision)};
+  impl.offline = options.offline.value_or(hf.offline);
+}
+
+// Offline, a location tensorfetch never fetched: the Hugging Face cache's snapshot of it, as
+// huggingface_hub left it (refs/<rev> names the commit, unless the revision is one), opened as
+// local files, every one inside the repo's directory of that cache (links followed only
+// there). False when that cache has no such snapshot.
+Result<bool> open_hf_snapshot(Checkpoint::Impl& impl, const Remote& remote, std::string_view location_text) {
+  const auto& hub = remote.location.hub;
+  std::string commit = hub.revision;
+  auto repo = detail::open_hf_repo(remote.hf_repo_dir);
+  if (repo) {
+    auto ref = detail::read_hf_ref(repo->get(), remote.hf_repo_dir, hub.revision);
+    if (!ref) return fail(ref.error());
+    if (*ref) commit = **ref;
+  }
+  if (!repo || !detail::has_hf_snapshot(repo->get(), commit)) return false;
+  const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
+  impl.remote = false;
+  impl.commit = commit;
+  impl.confine_root = remote.hf_repo_dir;
+  auto local = open_local(impl, hub.path ? dir + "/" + *hub.path : dir);
+  if (!local) return fail(local.error().with_context(std::string(location_text)));
+  return true;
+}
+
+// Offline (no request at all): what an earlier fetch recorded in the cache, else the Hugging
+// Face cache's snapshot.
+Result<void> open_without_network(Checkpoint::Impl& impl, const Remote& remote, std::string_view location_text) {
+  auto r = open_offline(impl, impl.snapshot_keys);
+  if (!r && r.error().code == ErrorCode::NotFetched && !remote.hf_repo_dir.empty()) {
+    auto opened = open_hf_snapshot(impl, remote, location_text);
+    if (!opened) return fail(opened.error());
+    if (*opened) return {};
+  }
+  if (!r) return fail(r.error().with_context(std::string(location_text)));
+  open_existing_blobs(impl);
+  return {};
+}
+
+// Step 4 without requests: a commit read before (by any fetch into this cache) is immutable,
+// so the files and headers its snapshot manifest recorded are used. True when they were.
+bool reuse_recorded_headers(Checkpoint::Impl& impl, const Remote& remote) {
+  if (!impl.commit || remote.location.kind != detail::LocationKind::Hub) return false;
+  Checkpoint::Impl cached;
+  cached.cache_root = impl.cache_root;
+  cached.cache_sharing = impl.cache_sharing;
+  if (!open_offline(cached, {remote.snapshot_key(*impl.commit)}) || cached.commit != impl.commit ||
+      cached.files.size() != impl.files.size() || cached.index_name != impl.index_name) {
+    return false;
+  }
+  impl.files = std::move(cached.files);
+  impl.cache = std::move(cached.cache);
+  if (!impl.config_json) impl.config_json = std::move(cached.config_json);
+  return true;
+}
+
+// Step 6: files the Hugging Face cache already holds (its snapshot of this commit, or a blob with
+// the same sha256) are read from there: no download. Only files inside the repo's directory of
+// that cache are read (a link leading elsewhere is not followed).
+Result<void> use_hf_cache_copies(Checkpoint::Impl& impl, const std::string& hf_repo_dir) {
+  if (hf_repo_dir.empty()) return {};
+  auto hf_repo = detail::open_hf_repo(hf_repo_dir);
+  if (!hf_repo) return {};
+  for (auto& file : impl.files) {
+    auto& rf = file.remote;
+    std::string rel;
+    if (rf.local_path.empty()) {
+      auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
+      if (!sha) continue;
+      rel = detail::hf_blob_path(*sha);
+    } else {
+      rel = rf.local_path.substr(hf_repo_dir.size() + 1);
+    }
+    auto fd = detail::open_file_within(hf_repo->get(), rel, hf_repo_dir);
+    if (!fd) {
+      if (rf.local_path.empty()) continue;
+      return fail(fd.error().with_context("the Hugging Face cache"));
+    }
+    auto map = detail::MappedFile::map_fd(fd->get(), hf_repo_dir + "/" + rel);
+    if (!map || map->size() != file.info.size) {
+      if (rf.local_path.empty()) continue;
+      return fail(ErrorCode::Io, rf.local_path + ": the Hugging Face cache file could not be read");
+    }
+    rf.local_path = hf_repo_dir + "/" + rel;
+    file.map = std::move(*map);
+  }
+  return {};
 }
 
 }  // namespace
@@ -484,147 +695,27 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   // as an option: the token variables and file are not read at all).
   auto hf = detail::read_hub_environment(detail::process_environment(), !options.token);
   if (!hf) return fail(hf.error());
-  const detail::HttpOptions http = http_options(options);
-  detail::HttpOptions open_http = http;
-  open_http.cancel = options.cancel;  // this open only: fetches take their own token
-  if (options.on_wait) {
-    open_http.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };
-  }
-  Remote remote{impl, options, detail::HttpClient(open_http), {}, {}, {}, std::move(*location), {}, {}, std::nullopt, {}};
-  if (remote.location.kind == detail::LocationKind::Hub) {
-    remote.hf_repo_dir = detail::hf_repo_dir(!options.hf_hub_cache.empty() ? options.hf_hub_cache : hf->hub_cache,
-                                     remote.location.hub);
-    remote.repo_path = (remote.location.hub.dataset ? "datasets/" : "") + remote.location.hub.repo_id;
-    impl.hub = true;
-    impl.revision = remote.location.hub.revision;
-    impl.hf_repo_dir = remote.hf_repo_dir;
-  }
-  remote.endpoint = options.endpoint;
-  while (!remote.endpoint.empty() && remote.endpoint.back() == '/') remote.endpoint.pop_back();
-  if (remote.endpoint.empty()) remote.endpoint = hf->endpoint;
-  if (auto ok = detail::check_url_text(remote.endpoint, options.endpoint.empty() ? "HF_ENDPOINT" : "the endpoint"); !ok) {
-    return fail(ok.error());
-  }
-  if (options.token) {
-    const std::string source = "the token option (OpenOptions::token, tf_open_options.token)";
-    if (auto ok = detail::check_token(*options.token, source); !ok) return fail(ok.error());
-    remote.token = *options.token;
-    remote.token_source = source;
-  } else if (hf->token) {
-    remote.token = hf->token->value;
-    remote.token_source = hf->token->source;
-  }
-  remote.token_authority = detail::url_authority(remote.endpoint);
-  impl.http = http;
-  impl.connections = options.connections;
-  impl.endpoint = remote.endpoint;
-  impl.token = remote.token;
-  impl.token_authority = remote.token_authority;
-  impl.cache_root = !options.cache_dir.empty() ? options.cache_dir : detail::default_cache_root();
-  impl.cache_sharing = !options.shared_cache ? detail::default_cache_sharing()
-                       : *options.shared_cache ? detail::Sharing::Group
-                                               : detail::Sharing::Private;
-  const auto& loc = remote.location;
-  auto key = [&](const std::string& revision) {
-    if (loc.kind == detail::LocationKind::Http) return detail::sha256_hex("url\n" + loc.url);
-    return detail::sha256_hex("hub\n" + remote.endpoint + "\n" + (loc.hub.dataset ? "datasets/" : "") +
-                              loc.hub.repo_id + "\n" + revision + "\n" + loc.hub.path.value_or(""));
-  };
-  impl.snapshot_keys = {key(loc.hub.revision)};
-  const bool offline = options.offline.value_or(hf->offline);
-  impl.offline = offline;
-  if (offline) {
-    auto r = open_offline(impl, impl.snapshot_keys);
-    if (!r && r.error().code == ErrorCode::NotFetched && !remote.hf_repo_dir.empty()) {
-      // Not fetched by tensorfetch: a snapshot of the Hugging Face cache, as huggingface_hub
-      // left it (refs/<rev> names the commit, unless the revision is one), is opened as local
-      // files, every one inside the repo's directory of that cache (links followed only there).
-      const auto& hub = loc.hub;
-      std::string commit = hub.revision;
-      auto repo = detail::open_hf_repo(remote.hf_repo_dir);
-      if (repo) {
-        auto ref = detail::read_hf_ref(repo->get(), remote.hf_repo_dir, hub.revision);
-        if (!ref) return fail(ref.error());
-        if (*ref) commit = **ref;
-      }
-      if (repo && detail::has_hf_snapshot(repo->get(), commit)) {
-        const std::string dir = remote.hf_repo_dir + "/snapshots/" + commit;
-        impl.remote = false;
-        impl.commit = commit;
-        impl.confine_root = remote.hf_repo_dir;
-        auto local = open_local(impl, hub.path ? dir + "/" + *hub.path : dir);
-        if (!local) return fail(local.error().with_context(std::string(location_text)));
-        return {};
-      }
-    }
-    if (!r) return fail(r.error().with_context(std::string(location_text)));
-    open_existing_blobs(impl);
-    return {};
-  }
+  Remote remote(impl, options, std::move(*location));
+  if (auto r = resolve_location(remote, *hf); !r) return r;
+  record_settings(impl, remote, *hf);
+  if (impl.offline) return open_without_network(impl, remote, location_text);
 
-  Result<void> opened = remote.location.kind == detail::LocationKind::Http ? remote.open_url() : remote.open_hub();
-  // A commit read before (by any fetch into this cache) is immutable: its headers are in the
-  // cache, so the shard header requests are skipped.
-  bool from_cache = false;
-  if (opened && impl.commit && loc.kind == detail::LocationKind::Hub) {
-    Checkpoint::Impl cached;
-    cached.cache_root = impl.cache_root;
-    cached.cache_sharing = impl.cache_sharing;
-    if (open_offline(cached, {key(*impl.commit)}) && cached.commit == impl.commit &&
-        cached.files.size() == impl.files.size() && cached.index_name == impl.index_name) {
-      impl.files = std::move(cached.files);
-      impl.rfiles = std::move(cached.rfiles);
-      impl.headers = std::move(cached.headers);
-      impl.cache = std::move(cached.cache);
-      if (!impl.config_json) impl.config_json = std::move(cached.config_json);
-      from_cache = true;
-    }
-  }
-  if (opened && !from_cache) {
+  Result<void> opened = remote.open_location();  // steps 2 and 3
+  if (opened && !reuse_recorded_headers(impl, remote)) {
     std::vector<std::optional<RemoteFileState>> states;
     if (remote.pending_state) states.push_back(std::move(remote.pending_state));
-    opened = remote.load_headers(std::move(states));
+    opened = remote.load_headers(std::move(states));  // step 4
   }
   impl.requests = remote.client.stats().requests;
   if (!opened) return fail(opened.error().with_context(std::string(location_text)));
-  if (impl.commit && loc.kind == detail::LocationKind::Hub && *impl.commit != loc.hub.revision) {
-    impl.snapshot_keys.push_back(key(*impl.commit));
+  // Step 5: a later open at the commit these files were read at finds what a fetch records.
+  if (impl.commit && remote.location.kind == detail::LocationKind::Hub && *impl.commit != remote.location.hub.revision) {
+    impl.snapshot_keys.push_back(remote.snapshot_key(*impl.commit));
   }
   // What earlier fetches left in the cache can be viewed at once (blobs are not created here:
   // inspecting writes nothing).
   open_existing_blobs(impl);
-  // Files the Hugging Face cache already holds (its snapshot of this commit, or a blob with the
-  // same sha256) are read from there: no download. Only files inside the repo's directory of
-  // that cache are read (a link leading elsewhere is not followed).
-  detail::UniqueFd hf_repo;
-  if (!remote.hf_repo_dir.empty()) {
-    if (auto repo = detail::open_hf_repo(remote.hf_repo_dir)) hf_repo = std::move(*repo);
-  }
-  for (std::size_t i = 0; i < impl.files.size() && hf_repo; ++i) {
-    auto& rf = impl.rfiles[i];
-    std::string rel;
-    if (rf.local_path.empty()) {
-      auto sha = detail::sha256_of_linked_etag(rf.linked_etag);
-      if (!sha) continue;
-      rel = detail::hf_blob_path(*sha);
-    } else {
-      rel = rf.local_path.substr(remote.hf_repo_dir.size() + 1);
-    }
-    auto fd = detail::open_file_within(hf_repo.get(), rel, remote.hf_repo_dir);
-    if (!fd) {
-      if (rf.local_path.empty()) continue;
-      return fail(fd.error().with_context("the Hugging Face cache"));
-    }
-    auto map = detail::MappedFile::map_fd(fd->get(), remote.hf_repo_dir + "/" + rel);
-    if (!map || map->size() != impl.files[i].size) {
-      if (rf.local_path.empty()) continue;
-      return fail(ErrorCode::Io, rf.local_path + ": the Hugging Face cache file could not be read");
-    }
-    rf.local_path = remote.hf_repo_dir + "/" + rel;
-    impl.maps.resize(impl.files.size());
-    impl.maps[i] = std::move(*map);
-  }
-  return {};
+  return use_hf_cache_copies(impl, remote.hf_repo_dir);  // step 6
 }
 
 }  // namespace tensorfetch

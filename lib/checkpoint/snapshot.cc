@@ -41,9 +41,9 @@ std::string le64(std::uint64_t n) {
 Result<void> write_snapshot(Checkpoint::Impl& impl) {
   nlohmann::json files = nlohmann::json::array();
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
-    const auto& f = impl.files[i];
-    const auto& rf = impl.rfiles[i];
-    const std::uint64_t header_bytes = impl.headers[i].data_offset();
+    const auto& f = impl.files[i].info;
+    const auto& rf = impl.files[i].remote;
+    const std::uint64_t header_bytes = impl.files[i].header.data_offset();
     if (rf.prefix.size() < header_bytes) {
       return fail(ErrorCode::Io, f.path + ": the header is not in memory; the snapshot manifest was not written");
     }
@@ -158,9 +158,7 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
       }
       auto header = parser.parse_file_prefix(std::as_bytes(std::span(rf.prefix)), f.size);
       if (!header) return fail(header.error().with_context(f.path + " (" + path + ")"));
-      impl.files.push_back(std::move(f));
-      impl.rfiles.push_back(std::move(rf));
-      impl.headers.push_back(std::move(*header));
+      impl.files.push_back(OpenFile{std::move(f), std::move(*header), {}, std::move(rf)});
     }
   } catch (const nlohmann::json::exception& e) {
     return bad(e.what());

@@ -288,14 +288,14 @@ WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> s
       std::size_t& pos = by_source[s.ref.file];
       if (pos == SIZE_MAX) {
         pos = job.outputs.size();
-        job.outputs.push_back({out + "/" + impl.files[s.ref.file].path, {}, impl.headers[s.ref.file].metadata});
+        job.outputs.push_back({out + "/" + impl.files[s.ref.file].info.path, {}, impl.files[s.ref.file].header.metadata});
       }
       job.outputs[pos].tensors.push_back(&s);
-      job.weight_map.emplace(std::string(s.ref.info->name), impl.files[s.ref.file].path);
+      job.weight_map.emplace(std::string(s.ref.info->name), impl.files[s.ref.file].info.path);
     }
   } else {
     std::optional<Metadata> metadata;
-    if (!selection.empty()) metadata = impl.headers[selection.front().ref.file].metadata;
+    if (!selection.empty()) metadata = impl.files[selection.front().ref.file].header.metadata;
     job.outputs.push_back({out, {}, metadata});
     job.outputs.back().tensors.reserve(selection.size());
     for (const auto& s : selection) job.outputs.back().tensors.push_back(&s);
@@ -327,14 +327,14 @@ Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile
   std::size_t count = 0;
   for (const Selection* s : o.tensors) {
     if ((++count & 1023) == 0 && cancel.cancelled()) return fail(cancelled_error(o.path));
-    const ByteRange base = impl.headers[s->ref.file].file_range(*s->ref.info);
+    const ByteRange base = impl.files[s->ref.file].header.file_range(*s->ref.info);
     needed.clear();
     for (const auto& range : s->plan.ranges) needed.push_back(ByteRange{base.offset + range.offset, range.length});
     auto bytes = impl.served_bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name));
     if (!bytes) return fail(bytes.error());
     for (const auto& range : needed) {
       if (range.end() > bytes->size()) {
-        return fail(ErrorCode::Io, impl.files[s->ref.file].path + ": tensor " + detail::quote_name(s->ref.info->name) +
+        return fail(ErrorCode::Io, impl.files[s->ref.file].info.path + ": tensor " + detail::quote_name(s->ref.info->name) +
                                        " lies beyond the file");
       }
       if (auto r = writer.append_mapped(bytes->subspan(range.offset, range.length)); !r) return r;

@@ -117,11 +117,11 @@ struct State {
   std::span<FetchFile> files;
   const FetchSettings& settings;
   Committer committer;
-  TransferProgress progress;
+  FetchProgress progress;
   Clock::time_point started = Clock::now();
   Clock::time_point last_report{};
   std::vector<std::size_t> chunks_left;  // per file
-  std::vector<FileTransferProgress> per_file;
+  std::vector<FileProgress> per_file;
   bool cancelled = false;
 
   State(std::span<FetchFile> f, const FetchSettings& s)

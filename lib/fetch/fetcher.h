@@ -13,6 +13,7 @@
 
 #include "cache/blob.h"
 #include "net/http_client.h"
+#include "tensorfetch/progress.hpp"
 
 namespace tensorfetch::detail {
 
@@ -32,26 +33,6 @@ struct FetchFile {
   std::size_t index = 0;                ///< position in Checkpoint::files(), for progress
 };
 
-/// Progress of one file in a fetch, as the fetcher counts it. A plain value.
-struct FileTransferProgress {
-  std::size_t file = 0;            ///< FetchFile::index of the file
-  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
-  std::uint64_t bytes_total = 0;   ///< bytes to transfer
-};
-
-/// Progress of a fetch, as the fetcher counts it (the checkpoint layer turns it into the public
-/// FetchProgress). A plain value; `per_file` is valid during the callback only.
-struct TransferProgress {
-  std::uint64_t bytes_done = 0;    ///< bytes transferred so far
-  std::uint64_t bytes_total = 0;   ///< bytes to transfer (what the cache did not hold)
-  std::uint64_t bytes_cached = 0;  ///< wanted bytes the cache already held
-  std::size_t files_done = 0;      ///< files with nothing left to transfer
-  std::size_t files_total = 0;     ///< files involved
-  double seconds = 0;              ///< since the fetch started
-  std::span<const FileTransferProgress> per_file;  ///< each file involved
-  double waiting_seconds = 0;      ///< a server asked for a wait: how long the retry waits; else 0
-};
-
 /// How to fetch.
 struct FetchSettings {
   HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS, cancel
@@ -61,7 +42,7 @@ struct FetchSettings {
   std::uint64_t max_chunk = 8 << 20; ///< split transfers into chunks of at most this
   std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
   long commit_interval_ms = 500;          ///< ...or this long has passed
-  std::function<bool(const TransferProgress&)> progress;  ///< false: cancel
+  std::function<bool(const FetchProgress&)> progress;     ///< false: cancel
   std::function<void(const HttpWait&)> on_wait;           ///< a server asked for a wait
 };
 

@@ -9,15 +9,24 @@
 
 namespace capitest {
 
-Checkpoint open_ok(const std::string& location, const tf_open_options* options) {
+Opened try_open(const std::string& location, const tf_open_options* options) {
   tf_checkpoint* ckpt = nullptr;
   Error err;
-  const tf_code code = tf_open(location.c_str(), options, &ckpt, err.out());
-  INFO("tf_open " << location << ": " << tf_code_name(code) << ": " << err.message());
-  REQUIRE(code == TF_OK);
-  CHECK(err.get() == nullptr);
-  REQUIRE(ckpt != nullptr);
-  return Checkpoint(ckpt, &tf_close);
+  Opened r;
+  r.code = tf_open(location.c_str(), options, &ckpt, err.out());
+  r.ckpt.reset(ckpt);
+  r.has_error = err.get() != nullptr;
+  r.message = err.message();
+  return r;
+}
+
+Checkpoint open_ok(const std::string& location, const tf_open_options* options) {
+  Opened r = try_open(location, options);
+  INFO("tf_open " << location << ": " << tf_code_name(r.code) << ": " << r.message);
+  REQUIRE(r.code == TF_OK);
+  CHECK_FALSE(r.has_error);
+  REQUIRE(r.ckpt != nullptr);
+  return std::move(r.ckpt);
 }
 
 tf_open_options remote_options(const std::string& endpoint, const std::string& cache, const std::string& hf_hub_cache) {
@@ -29,6 +38,34 @@ tf_open_options remote_options(const std::string& endpoint, const std::string& c
   o.hf_hub_cache = hf_hub_cache.c_str();
   o.offline = 0;
   return o;
+}
+
+ServerFixture::~ServerFixture() {
+  if (server) server->stop();
+}
+
+void ServerFixture::start(const tensorfetch::testing::Options& options) {
+  server = std::make_unique<tensorfetch::testing::HubServer>(options);
+  server->start();
+  endpoint = server->endpoint();
+}
+
+tf_open_options ServerFixture::options(const std::string& cache_dir, const char* token) const {
+  tf_open_options o = remote_options(endpoint, cache_dir, hf_none);
+  o.token = token;
+  return o;
+}
+
+Opened ServerFixture::try_open(const std::string& location, const std::string& cache_name, const char* token) const {
+  const std::string dir = cache(cache_name);
+  const tf_open_options o = options(dir, token);
+  return capitest::try_open(location, &o);
+}
+
+Checkpoint ServerFixture::open(const std::string& location, const std::string& cache_name, const char* token) const {
+  const std::string dir = cache(cache_name);
+  const tf_open_options o = options(dir, token);
+  return open_ok(location, &o);
 }
 
 void check_against_manifest(tf_checkpoint* ckpt, const nlohmann::json& manifest, const std::string& prefix) {
@@ -60,15 +97,10 @@ void check_against_manifest(tf_checkpoint* ckpt, const nlohmann::json& manifest,
     std::size_t found = 0;
     CHECK(tf_find(ckpt, name, &found) == 1);
     CHECK(found == i);
-    const void* data = nullptr;
-    std::size_t len = 0;
-    std::uint64_t begin = 0, end = 0;
-    Error err;
-    CHECK_CODE(tf_tensor_data(ckpt, name, &data, &len), TF_OK, err);
-    CHECK_CODE(tf_tensor_data_offsets(ckpt, i, &begin, &end), TF_OK, err);
-    CHECK(end - begin == len);
-    CHECK((len == 0 || data != nullptr));
-    CHECK(tftest::sha256_hex(std::string_view(static_cast<const char*>(data), len)) ==
+    const TensorBytes t = tensor_bytes(ckpt, i, name);
+    CHECK(t.end - t.begin == t.length);
+    CHECK((t.length == 0 || t.data != nullptr));
+    CHECK(tftest::sha256_hex(std::string_view(static_cast<const char*>(t.data), t.length)) ==
           want.at("sha256").get<std::string>());
   }
 }
@@ -80,26 +112,35 @@ void check_against_files(tf_checkpoint* ckpt, const fs::path& dir) {
     const std::string bytes = tftest::read_file(path);
     REQUIRE(bytes.size() >= 8);
     CHECK(tf_file_size(ckpt, f) == bytes.size());
-    std::uint64_t header = 0;
-    for (int k = 7; k >= 0; --k) header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(k)]);
+    const std::uint64_t header = header_length(bytes);
     std::uint64_t data_total = 0;
     for (std::size_t i = 0; i < tf_tensor_count(ckpt); ++i) {
       if (tf_tensor_file_index(ckpt, i) != f) continue;
       const char* name = tf_tensor_name(ckpt, i);
       INFO("tensor " << name);
-      const void* data = nullptr;
-      std::size_t len = 0;
-      std::uint64_t begin = 0, end = 0;
-      Error err;
-      CHECK_CODE(tf_tensor_data(ckpt, name, &data, &len), TF_OK, err);
-      CHECK_CODE(tf_tensor_data_offsets(ckpt, i, &begin, &end), TF_OK, err);
-      REQUIRE(len == end - begin);
-      REQUIRE(8 + header + end <= bytes.size());
-      CHECK((len == 0 || std::memcmp(data, bytes.data() + 8 + header + begin, len) == 0));
-      data_total += len;
+      const TensorBytes t = tensor_bytes(ckpt, i, name);
+      REQUIRE(t.length == t.end - t.begin);
+      REQUIRE(8 + header + t.end <= bytes.size());
+      CHECK((t.length == 0 || std::memcmp(t.data, bytes.data() + 8 + header + t.begin, t.length) == 0));
+      data_total += t.length;
     }
     CHECK(data_total == bytes.size() - 8 - header);  // the tensors tile the data section
   }
+}
+
+std::uint64_t header_length(std::string_view bytes) {
+  REQUIRE(bytes.size() >= 8);
+  std::uint64_t n = 0;
+  for (std::size_t k = 0; k < 8; ++k) n |= std::uint64_t{static_cast<unsigned char>(bytes[k])} << (8 * k);
+  return n;
+}
+
+TensorBytes tensor_bytes(tf_checkpoint* ckpt, std::size_t i, const char* name) {
+  TensorBytes t;
+  Error err;
+  CHECK_CODE(tf_tensor_data(ckpt, name, &t.data, &t.length), TF_OK, err);
+  CHECK_CODE(tf_tensor_data_offsets(ckpt, i, &t.begin, &t.end), TF_OK, err);
+  return t;
 }
 
 void make_checkpoint(const fs::path& dir, int hidden, int vocab, int shards) {
@@ -127,9 +168,7 @@ Source load_sources(tf_checkpoint* ckpt, const fs::path& repo) {
     std::string bytes = tftest::read_file(repo / tf_file_path(ckpt, f));
     REQUIRE(bytes.size() >= 8);
     CHECK(tf_file_size(ckpt, f) == bytes.size());
-    std::uint64_t header = 0;
-    for (int k = 7; k >= 0; --k) header = (header << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(k)]);
-    src.data_start.push_back(8 + header);
+    src.data_start.push_back(8 + header_length(bytes));
     src.sha256.push_back(tftest::sha256_hex(bytes));
     src.bytes.push_back(std::move(bytes));
   }

@@ -12,11 +12,14 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "hub_server.hpp"
 #include "support/catch_strings.hpp"
+#include "support/files.hpp"
 #include "support/ranges.hpp"
 #include "tensorfetch/tensorfetch.h"
 
@@ -61,6 +64,18 @@ using Plan = std::unique_ptr<tf_plan, decltype(&tf_plan_free)>;
     CHECK(got_code_ == (want));                                                            \
   } while (false)
 
+/// What tf_open returned: its code, the error (if any) and the checkpoint (held only when it
+/// handed one out).
+struct Opened {
+  tf_code code = TF_OK;
+  bool has_error = false;  ///< tf_open set its `err`
+  std::string message;     ///< the error's message ("" when none)
+  Checkpoint ckpt{nullptr, &tf_close};
+};
+
+/// Opens `location`, successfully or not.
+Opened try_open(const std::string& location, const tf_open_options* options = nullptr);
+
 /// Opens `location`; REQUIREs success.
 Checkpoint open_ok(const std::string& location, const tf_open_options* options = nullptr);
 
@@ -68,6 +83,41 @@ Checkpoint open_ok(const std::string& location, const tf_open_options* options =
 /// the environment holds), no Hugging Face cache to reuse (an empty one at `hf_hub_cache`),
 /// online. The strings must outlive the options.
 tf_open_options remote_options(const std::string& endpoint, const std::string& cache, const std::string& hf_hub_cache);
+
+/// A test of the C API against the in-process test server: a temporary directory for the
+/// served repos and the test's caches, and the server (started by `start`, stopped on
+/// destruction).
+struct ServerFixture {
+  tftest::TempDir tmpdir;
+  fs::path tmp = tmpdir.path();
+  std::unique_ptr<tensorfetch::testing::HubServer> server;
+  std::string endpoint;                              ///< the server's, once started
+  std::string hf_none = (tmp / "hf-none").string();  ///< an empty Hugging Face cache
+
+  /// A temporary directory named after `name`; no server yet.
+  explicit ServerFixture(const std::string& name) : tmpdir(name) {}
+  ServerFixture(const ServerFixture&) = delete;
+  ServerFixture& operator=(const ServerFixture&) = delete;
+  ~ServerFixture();
+
+  /// Starts the server with `options` (`root`: where its repos are).
+  void start(const tensorfetch::testing::Options& options);
+
+  /// The directory of this test's cache named `name`.
+  [[nodiscard]] std::string cache(const std::string& name) const { return (tmp / name).string(); }
+
+  /// remote_options for this server, the cache at `cache_dir` (which must outlive the options)
+  /// and `token` ("": none).
+  [[nodiscard]] tf_open_options options(const std::string& cache_dir, const char* token = "") const;
+
+  /// Opens `location` with this test's cache named `cache_name`, successfully or not.
+  [[nodiscard]] Opened try_open(const std::string& location, const std::string& cache_name,
+                                const char* token = "") const;
+
+  /// Opens `location` with this test's cache named `cache_name`; REQUIREs success.
+  [[nodiscard]] Checkpoint open(const std::string& location, const std::string& cache_name,
+                                const char* token = "") const;
+};
 
 /// Every tensor of `ckpt` against MANIFEST.json (entries under `prefix`/FILE): dtype, shape,
 /// tf_find, data offsets and the sha256 of the bytes tf_tensor_data hands out; the number of
@@ -88,6 +138,20 @@ const nlohmann::json& manifest();
 
 /// The reference checkpoints directory; fails the test when there is none.
 fs::path reference();
+
+/// The 8-byte little-endian header length at the start of safetensors file `bytes` (which must
+/// hold 8 bytes at least).
+std::uint64_t header_length(std::string_view bytes);
+
+/// A tensor's bytes as tf_tensor_data hands them out, and its data offsets; CHECKs both calls.
+struct TensorBytes {
+  const void* data = nullptr;
+  std::size_t length = 0;
+  std::uint64_t begin = 0, end = 0;  ///< tf_tensor_data_offsets
+};
+
+/// The bytes and offsets of tensor `i` (named `name`) of `ckpt`.
+TensorBytes tensor_bytes(tf_checkpoint* ckpt, std::size_t i, const char* name);
 
 /// The served files of a checkpoint, read here: bytes, where data offsets count from, sha256.
 struct Source {

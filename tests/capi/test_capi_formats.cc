@@ -4,18 +4,15 @@
 // the format, for a local file and for a Hub file served by the test server (one window read).
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "capi_util.hpp"
 #include "hub_server.hpp"
-#include "tensorfetch/tensorfetch.h"
 
 namespace fs = std::filesystem;
-using tensorfetch::testing::HubServer;
 
 namespace {
 
@@ -23,22 +20,6 @@ fs::path testdata() {
   const char* dir = std::getenv("TENSORFETCH_TESTDATA_DIR");
   REQUIRE(dir != nullptr);
   return dir;
-}
-
-struct Opened {
-  tf_code code = TF_OK;
-  std::string message;
-};
-
-Opened open(const std::string& location, const tf_open_options* options) {
-  tf_checkpoint* ckpt = nullptr;
-  tf_error* err = nullptr;
-  Opened r;
-  r.code = tf_open(location.c_str(), options, &ckpt, &err);
-  if (err != nullptr) r.message = tf_error_message(err);
-  tf_error_free(err);
-  tf_close(ckpt);
-  return r;
 }
 
 struct Case {
@@ -61,7 +42,7 @@ TEST_CASE("C API: tf_open of a local file of another format fails with exit code
           "[capi][formats]") {
   for (const auto& c : kCases) {
     const std::string path = (testdata() / "other-formats" / c.file).string();
-    auto r = open(path, nullptr);
+    auto r = capitest::try_open(path, nullptr);
     INFO(path << ": " << tf_code_name(r.code) << ": " << r.message);
     CHECK(r.code == c.code);
     CHECK(tf_code_exit_code(r.code) == 2);
@@ -71,42 +52,27 @@ TEST_CASE("C API: tf_open of a local file of another format fails with exit code
 
 TEST_CASE("C API: tf_open of a Hub file of another format names the format after one window read",
           "[capi][formats][remote]") {
-  const char* tmp_env = std::getenv("TMPDIR");
-  fs::path tmp = fs::path(tmp_env ? tmp_env : "/tmp") / ("tensorfetch-capi-formats-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp / "root" / "org" / "formats");
-  for (const auto& c : kCases) fs::copy_file(testdata() / "other-formats" / c.file, tmp / "root" / "org" / "formats" / c.file);
-  {
-    tensorfetch::testing::Options o;
-    o.root = tmp / "root";
-    HubServer server(o);
-    server.start();
-    const std::string endpoint = server.endpoint();
-    const std::string cache = (tmp / "cache").string();
-    const std::string hf_cache = (tmp / "hf").string();
-    tf_open_options options;
-    tf_open_options_init(&options);
-    options.endpoint = endpoint.c_str();
-    options.cache_dir = cache.c_str();
-    options.hf_hub_cache = hf_cache.c_str();
-    options.token = "";
-    options.offline = 0;
-    for (const auto& c : kCases) {
-      server.clear_log();
-      auto r = open("hf://org/formats/" + c.file, &options);
-      INFO(c.file << ": " << tf_code_name(r.code) << ": " << r.message);
-      CHECK(r.code == c.code);
-      CHECK(tf_code_exit_code(r.code) == 2);
-      CHECK(r.message.find(c.file + " (http://") != std::string::npos);
-      CHECK(r.message.find("): " + c.words) != std::string::npos);
-      std::size_t bodies = 0;
-      for (const auto& rec : server.log()) {
-        if (rec.file != c.file) continue;
-        CHECK(rec.range == "bytes=0-262143");
-        if (rec.status == 200 || rec.status == 206) ++bodies;
-      }
-      CHECK(bodies == 1);
+  capitest::ServerFixture fx("tf-capi-formats");
+  const fs::path repo = fx.tmp / "root" / "org" / "formats";
+  fs::create_directories(repo);
+  for (const auto& c : kCases) fs::copy_file(testdata() / "other-formats" / c.file, repo / c.file);
+  tensorfetch::testing::Options o;
+  o.root = fx.tmp / "root";
+  fx.start(o);
+  for (const auto& c : kCases) {
+    fx.server->clear_log();
+    auto r = fx.try_open("hf://org/formats/" + c.file, "cache");
+    INFO(c.file << ": " << tf_code_name(r.code) << ": " << r.message);
+    CHECK(r.code == c.code);
+    CHECK(tf_code_exit_code(r.code) == 2);
+    CHECK(r.message.find(c.file + " (http://") != std::string::npos);
+    CHECK(r.message.find("): " + c.words) != std::string::npos);
+    std::size_t bodies = 0;
+    for (const auto& rec : fx.server->log()) {
+      if (rec.file != c.file) continue;
+      CHECK(rec.range == "bytes=0-262143");
+      if (rec.status == 200 || rec.status == 206) ++bodies;
     }
+    CHECK(bodies == 1);
   }
-  fs::remove_all(tmp);
 }

@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "capi_util.hpp"
 #include "hub_server.hpp"
 #include "support/files.hpp"
-#include "tensorfetch/tensorfetch.h"
 #include "tensorfetch/tensorfetch.hpp"
 
+using capitest::Checkpoint;
 namespace fs = std::filesystem;
-using tensorfetch::testing::HubServer;
 using tensorfetch::testing::RequestRecord;
 using namespace std::chrono_literals;
 
@@ -44,13 +44,12 @@ std::string log_text(const std::vector<RequestRecord>& log) {
   return s;
 }
 
-struct Fixture {
-  tftest::TempDir tmpdir{"tf-capi-realhub"};
-  fs::path tmp = tmpdir.path();
+// The server's real-Hub profile on copies of the reference checkpoints; one cache, "cache".
+struct Fixture : capitest::ServerFixture {
   fs::path reference;
-  std::unique_ptr<HubServer> server;
+  std::string cache_dir = cache("cache");
 
-  explicit Fixture(fs::path ref) : reference(std::move(ref)) {
+  explicit Fixture(fs::path ref) : ServerFixture("tf-capi-realhub"), reference(std::move(ref)) {
     auto copy = [&](const fs::path& from, const std::string& repo) {
       tftest::copy_files(from, tmp / "root" / repo);
     };
@@ -64,31 +63,7 @@ struct Fixture {
     o.other_tokens = {kNoAccess};
     o.gated_repos = {"org/gated"};
     o.repo_aliases = {{"gpt2", "openai-community/gpt2"}};
-    server = std::make_unique<HubServer>(o);
-    server->start();
-  }
-  ~Fixture() {
-    server->stop();
-  }
-
-  // Opens through the C API; returns the code and message.
-  std::pair<tf_code, std::string> open(const std::string& location, const char* token, tf_checkpoint** out,
-                                       const std::string& cache = "cache") const {
-    tf_open_options o;
-    tf_open_options_init(&o);
-    const std::string endpoint = server->endpoint();
-    const std::string cache_dir = (tmp / cache).string();
-    const std::string hf = (tmp / "hf").string();
-    o.endpoint = endpoint.c_str();
-    o.cache_dir = cache_dir.c_str();
-    o.hf_hub_cache = hf.c_str();
-    o.token = token;
-    o.offline = 0;
-    tf_error* err = nullptr;
-    tf_code code = tf_open(location.c_str(), &o, out, &err);
-    std::string msg = err ? tf_error_message(err) : "";
-    tf_error_free(err);
-    return {code, msg};
+    start(o);
   }
 };
 
@@ -113,12 +88,12 @@ TEST_CASE("capi real hub: a legacy id opens, and the Hub's errors come back as t
   auto ref = reference_dir();
   if (!ref) return;
   Fixture f(*ref);
-  tf_checkpoint* ckpt = nullptr;
-  auto [code, msg] = f.open("hf://gpt2", "", &ckpt);
-  INFO(msg << "\n" << log_text(f.server->log()));
-  REQUIRE(code == TF_OK);
-  CHECK(tf_tensor_count(ckpt) == 57);
-  tf_close(ckpt);
+  {
+    const capitest::Opened r = f.try_open("hf://gpt2", "cache");
+    INFO(r.message << "\n" << log_text(f.server->log()));
+    REQUIRE(r.code == TF_OK);
+    CHECK(tf_tensor_count(r.ckpt.get()) == 57);
+  }
   f.server->clear_log();
 
   struct Row {
@@ -133,13 +108,12 @@ TEST_CASE("capi real hub: a legacy id opens, and the Hub's errors come back as t
                          Row{"invalid token", "hf://org/llama", "hf_bogus", TF_ERR_UNAUTHORIZED, "as invalid"},
                          Row{"unknown repo", "hf://org/nope", "", TF_ERR_REMOTE_NOT_FOUND, "repository org/nope not found"},
                          Row{"unknown revision", "hf://org/llama@nope", "", TF_ERR_REMOTE_NOT_FOUND, "revision 'nope'"}}) {
-    tf_checkpoint* c = nullptr;
-    auto [rc, text] = f.open(row.location, row.token, &c);
-    INFO(row.what << ": " << text);
-    CHECK(rc == row.code);
-    CHECK(c == nullptr);
-    CHECK(tf_code_exit_code(rc) == 3);
-    CHECK_THAT(text, Catch::Contains(row.words));
+    const capitest::Opened r = f.try_open(row.location, "cache", row.token);
+    INFO(row.what << ": " << r.message);
+    CHECK(r.code == row.code);
+    CHECK(r.ckpt == nullptr);
+    CHECK(tf_code_exit_code(r.code) == 3);
+    CHECK_THAT(r.message, Catch::Contains(row.words));
   }
   for (const auto& r : f.server->take_log()) CHECK(r.kind != "cdn");  // decided by the Hub's answer alone
 }
@@ -150,10 +124,7 @@ TEST_CASE("capi real hub: tf_fetch through transient CDN 416 faults gets the exa
   auto ref = reference_dir();
   if (!ref) return;
   Fixture f(*ref);
-  tf_checkpoint* ckpt = nullptr;
-  auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
-  INFO(msg);
-  REQUIRE(code == TF_OK);
+  Checkpoint ckpt = f.open("hf://org/llama", "cache");
   f.server->clear_log();
   f.server->cdn_fault(416, 2, "");
   const char* all[] = {"*"};
@@ -161,7 +132,7 @@ TEST_CASE("capi real hub: tf_fetch through transient CDN 416 faults gets the exa
   tf_fetch_options_init(&fo);
   fo.chunk_size = 65536;
   tf_error* err = nullptr;
-  const tf_code rc = tf_fetch(ckpt, all, 1, &fo, nullptr, &err);
+  const tf_code rc = tf_fetch(ckpt.get(), all, 1, &fo, nullptr, &err);
   const auto log = f.server->take_log();
   INFO((err ? tf_error_message(err) : "") << "\n" << log_text(log));
   tf_error_free(err);
@@ -172,24 +143,8 @@ TEST_CASE("capi real hub: tf_fetch through transient CDN 416 faults gets the exa
     if (r.kind == "cdn" && r.status == 206 && !r.if_match.empty()) CHECK(r.if_match == r.etag);  // the Xet ETag
   }
   CHECK(faults == 2);
-  // Every tensor's bytes are the reference file's.
-  const std::string shard = tftest::read_file(f.reference / "llama-tiny-sharded" / "model-00001-of-00003.safetensors");
-  std::uint64_t n = 0;
-  for (std::size_t i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(shard[i])) << (8 * i);
-  std::size_t checked = 0;
-  for (std::size_t i = 0; i < tf_tensor_count(ckpt); ++i) {
-    if (std::string(tf_tensor_file(ckpt, i)) != "model-00001-of-00003.safetensors") continue;
-    std::uint64_t begin = 0, end = 0;
-    REQUIRE(tf_tensor_data_offsets(ckpt, i, &begin, &end) == TF_OK);
-    const void* data = nullptr;
-    size_t len = 0;
-    REQUIRE(tf_tensor_data(ckpt, tf_tensor_name(ckpt, i), &data, &len) == TF_OK);
-    REQUIRE(len == end - begin);
-    CHECK(std::memcmp(data, shard.data() + 8 + n + begin, len) == 0);
-    ++checked;
-  }
-  CHECK(checked > 0);
-  tf_close(ckpt);
+  // Every tensor's bytes are the reference files'.
+  capitest::check_against_files(ckpt.get(), f.reference / "llama-tiny-sharded");
 }
 
 TEST_CASE("capi real hub: a 429 with RateLimit t is waited for (t + 1 s), shown to the progress callback, then the "
@@ -198,10 +153,7 @@ TEST_CASE("capi real hub: a 429 with RateLimit t is waited for (t + 1 s), shown 
   auto ref = reference_dir();
   if (!ref) return;
   Fixture f(*ref);
-  tf_checkpoint* ckpt = nullptr;
-  auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
-  INFO(msg);
-  REQUIRE(code == TF_OK);
+  Checkpoint ckpt = f.open("hf://org/llama", "cache");
   // The CDN answers the next data request 429 with `RateLimit: "resolvers";r=0;t=1`, no Retry-After.
   f.server->fail_next(1, 429, 1, true, "/cdn/");
   WaitSeen seen;
@@ -212,7 +164,7 @@ TEST_CASE("capi real hub: a 429 with RateLimit t is waited for (t + 1 s), shown 
   const char* want[] = {"*"};  // beyond the header windows the open read
   tf_error* err = nullptr;
   const auto start = std::chrono::steady_clock::now();
-  const tf_code rc = tf_fetch(ckpt, want, 1, &fo, nullptr, &err);
+  const tf_code rc = tf_fetch(ckpt.get(), want, 1, &fo, nullptr, &err);
   const auto took = std::chrono::steady_clock::now() - start;
   INFO((err ? tf_error_message(err) : "") << "\n" << log_text(f.server->log()));
   tf_error_free(err);
@@ -220,7 +172,6 @@ TEST_CASE("capi real hub: a 429 with RateLimit t is waited for (t + 1 s), shown 
   CHECK(seen.max_waiting >= 1.9);  // t = 1, plus one second
   CHECK(seen.max_waiting < 3.5);
   CHECK(took >= 1900ms);
-  tf_close(ckpt);
 }
 
 TEST_CASE("C++ API real hub: OpenOptions::on_wait is told the rate limit's window, and the open succeeds after it",
@@ -232,8 +183,8 @@ TEST_CASE("C++ API real hub: OpenOptions::on_wait is told the rate limit's windo
   tensorfetch::OpenOptions o;
   o.endpoint = f.server->endpoint();
   o.token = std::string();
-  o.cache_dir = (f.tmp / "cache").string();
-  o.hf_hub_cache = (f.tmp / "hf").string();
+  o.cache_dir = f.cache_dir;
+  o.hf_hub_cache = f.hf_none;
   o.offline = false;
   std::vector<tensorfetch::ServerWait> waits;
   o.on_wait = [&](const tensorfetch::ServerWait& w) { waits.push_back(w); };
@@ -255,20 +206,17 @@ TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit 
   if (!ref) return;
   Fixture f(*ref);
   SECTION("tf_fetch, cancelled by tf_cancel from another thread") {
-    tf_checkpoint* ckpt = nullptr;
-    auto [code, msg] = f.open("hf://org/llama", "", &ckpt);
-    INFO(msg);
-    REQUIRE(code == TF_OK);
+    Checkpoint ckpt = f.open("hf://org/llama", "cache");
     // The next data request: 429 with `RateLimit: "resolvers";r=0;t=125` (a 126-s wait).
     f.server->fail_next(1, 429, 125, true, "/cdn/");
-    std::thread canceller([ckpt] {
+    std::thread canceller([c = ckpt.get()] {
       std::this_thread::sleep_for(500ms);
-      tf_cancel(ckpt);
+      tf_cancel(c);
     });
     const char* want[] = {"*"};
     tf_error* err = nullptr;
     const auto start = std::chrono::steady_clock::now();
-    const tf_code rc = tf_fetch(ckpt, want, 1, nullptr, nullptr, &err);
+    const tf_code rc = tf_fetch(ckpt.get(), want, 1, nullptr, nullptr, &err);
     const auto took = std::chrono::steady_clock::now() - start;
     canceller.join();
     const std::string message = err ? tf_error_message(err) : "";
@@ -276,7 +224,6 @@ TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit 
     INFO(message << "\n" << log_text(f.server->log()));
     CHECK(rc == TF_ERR_CANCELLED);
     CHECK(took < 1500ms);
-    tf_close(ckpt);
   }
   SECTION("tf_open, cancelled through tf_open_options.cancel") {
     // Two resolves per 125 s: the open's first round spends them and waits for the window.
@@ -287,16 +234,7 @@ TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit 
       std::this_thread::sleep_for(500ms);
       tf_cancel_token_cancel(token);
     });
-    tf_open_options o;
-    tf_open_options_init(&o);
-    const std::string endpoint = f.server->endpoint();
-    const std::string cache_dir = (f.tmp / "cache").string();
-    const std::string hf = (f.tmp / "hf").string();
-    o.endpoint = endpoint.c_str();
-    o.cache_dir = cache_dir.c_str();
-    o.hf_hub_cache = hf.c_str();
-    o.token = "";
-    o.offline = 0;
+    tf_open_options o = f.options(f.cache_dir);
     o.cancel = token;
     tf_checkpoint* ckpt = nullptr;
     tf_error* err = nullptr;

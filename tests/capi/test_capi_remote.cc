@@ -30,7 +30,6 @@
 #include "support/files.hpp"
 
 using namespace capitest;
-using tensorfetch::testing::HubServer;
 using tftest::ByteRange;
 using tftest::coalesced;
 using tftest::minus;
@@ -65,28 +64,13 @@ const Repos& repos() {
   return r;
 }
 
-// A server on the repos, and per test a directory for caches.
-struct Fixture {
-  tftest::TempDir tmp{"tf-capi-test"};
-  std::unique_ptr<HubServer> server;
-  std::string endpoint;
-  std::string hf_none = (tmp / "hf-none").string();  // an empty Hugging Face cache
-
-  Fixture() {
+// A server on the repos (20 ms per request), and per test a directory for caches.
+struct Fixture : ServerFixture {
+  Fixture() : ServerFixture("tf-capi-test") {
     tensorfetch::testing::Options o;
     o.root = repos().root;
     o.latency_ms = 20;
-    server = std::make_unique<HubServer>(o);
-    server->start();
-    endpoint = server->endpoint();
-  }
-  ~Fixture() { server->stop(); }
-  [[nodiscard]] std::string cache(const std::string& name) const { return (tmp / name).string(); }
-  // Opens `location` (remote_options) with a cache of this test named `cache_name`.
-  [[nodiscard]] Checkpoint open(const std::string& location, const std::string& cache_name) const {
-    const std::string dir = cache(cache_name);
-    const tf_open_options o = remote_options(endpoint, dir, hf_none);
-    return open_ok(location, &o);
+    start(o);
   }
 };
 

@@ -27,7 +27,7 @@ PROBES = {
     "net": ["net/http_client.h"],
     "hub": ["hub/location.h"],
     "cache": ["cache/blob.h", "tensorfetch/cache.hpp"],
-    "fetch": ["fetch/planner.h"],
+    "fetch": ["fetch/planner.h", "tensorfetch/progress.hpp"],
     "checkpoint": ["checkpoint/checkpoint_internal.h", "tensorfetch/checkpoint.hpp"],
 }
 
