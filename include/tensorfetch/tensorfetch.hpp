@@ -13,5 +13,6 @@
 #include "tensorfetch/index.hpp"
 #include "tensorfetch/parameters.hpp"
 #include "tensorfetch/slice.hpp"
+#include "tensorfetch/tp.hpp"
 #include "tensorfetch/version.hpp"
 #include "tensorfetch/writer.hpp"
