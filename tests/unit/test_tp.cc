@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor-parallel placement (tensorfetch/tp.hpp): the Megatron/vLLM convention as tables of
-// (config.json, tensor, rank) -> slice | whole | not held | error, for Llama, Mistral, Qwen2,
+// (config.json, tensor, rank) -> slice | whole | not held | error, for Llama, Mistral, Qwen2/3,
 // Gemma, Phi-3 (fused: an error unless a rule says), DeepSeek-V3 (MLA + MoE, FP8 block scales);
 // rules files; `R/N` parsing; and the property that the ranks' slices tile every tensor.
 #include <map>
@@ -29,6 +29,8 @@ const std::map<std::string, std::string> kConfigs = {
                      "num_key_value_heads":8,"intermediate_size":14336,"vocab_size":32000})"},
     {"qwen2-7b", R"({"model_type":"qwen2","hidden_size":3584,"num_attention_heads":28,
                    "num_key_value_heads":4,"intermediate_size":18944,"vocab_size":152064})"},
+    {"qwen3-8b", R"({"model_type":"qwen3","hidden_size":4096,"num_attention_heads":32,"num_key_value_heads":8,
+                   "head_dim":128,"intermediate_size":12288,"vocab_size":151936})"},
     {"gemma-2b", R"({"model_type":"gemma","hidden_size":2048,"num_attention_heads":8,
                    "num_key_value_heads":1,"head_dim":256,"intermediate_size":16384,"vocab_size":256000})"},
     {"phi3-mini", R"({"model_type":"phi3","hidden_size":3072,"num_attention_heads":32,
@@ -156,6 +158,10 @@ TEST_CASE("tp: Llama, Mistral, Qwen2, Gemma follow vLLM's column/row/vocab/repli
       {"qwen2-7b", "model.layers.0.self_attn.q_proj.weight", {3584, 3584}, 0, 8, Want::Error, 0, 0, 0, "28"},
       // A row-parallel bias is replicated (added once, after the all-reduce).
       {"qwen2-7b", "model.layers.0.self_attn.o_proj.bias", {3584}, 2, 4, Want::Whole, 0, 0, 0, "bias"},
+      // Qwen3: per-head q/k norms (head_dim wide) are replicated like every norm.
+      {"qwen3-8b", "model.layers.0.self_attn.q_norm.weight", {128}, 1, 4, Want::Whole, 0, 0, 0, "q_norm"},
+      {"qwen3-8b", "model.layers.0.self_attn.k_norm.weight", {128}, 3, 4, Want::Whole, 0, 0, 0, "replicated"},
+      {"qwen3-8b", "model.layers.0.self_attn.k_proj.weight", {1024, 4096}, 1, 4, Want::Slice, 0, 256, 512, "k_proj"},
       // Gemma 2B: multi-query attention (1 KV head): every rank holds the whole k/v.
       {"gemma-2b", "model.layers.0.self_attn.k_proj.weight", {256, 2048}, 3, 4, Want::Slice, 0, 0, 256, "replicated on 4"},
       {"gemma-2b", "model.layers.0.self_attn.q_proj.weight", {2048, 2048}, 3, 4, Want::Slice, 0, 1536, 2048, "q_proj"},
