@@ -21,6 +21,7 @@
 #include "tensorfetch/index.hpp"
 #include "tensorfetch/progress.hpp"
 #include "tensorfetch/slice.hpp"
+#include "tensorfetch/tp.hpp"
 
 namespace tensorfetch {
 
@@ -193,6 +194,9 @@ struct WriteOptions {
   /// Write one file per source shard and an index into the output *directory*, instead of
   /// one file.
   bool sharded_output = false;
+  /// Entries added to the source's `__metadata__` (replacing those with the same key) in every
+  /// file written, e.g. the rank, world and rule of a tensor-parallel selection.
+  Metadata metadata;
   /// Stops the write when cancelled (`Cancelled`): temporary files are removed, nothing is
   /// renamed into place. A stream keeps the bytes already written to it.
   CancelToken cancel;
@@ -251,6 +255,24 @@ class TENSORFETCH_API Checkpoint {
   /// matched by two selectors with different slices is an error). A selector matching
   /// nothing is `NotFound`; an invalid slice is reported with the tensor's name.
   [[nodiscard]] Result<std::vector<Selection>> select(std::span<const Selector> selectors) const;
+
+  /// What tensor parallelism reads from the model's `config.json` (see tensorfetch/tp.hpp): the
+  /// one `open` found (a Hub repo or URL's, a directory's), else, for a local file or index,
+  /// the one beside it; nothing when there is none. A `config.json` that is not a JSON object
+  /// with a `model_type` is `InvalidArgument`.
+  [[nodiscard]] Result<std::optional<TpModel>> tp_model() const;
+
+  /// The selections of rank `rank` of a tensor-parallel group of `world` ranks: for every
+  /// tensor (or, when `only` is not empty, every tensor its names and globs match; slices are
+  /// refused there), the slice that rank holds under the Megatron/vLLM convention for the
+  /// model's `config.json` (`tp_model()`), with `rules` deciding first. Tensors
+  /// another rank holds whole (other ranks' experts, with `rules.expert_parallel`) are left
+  /// out; replicated tensors are whole. A layout neither the convention nor the rules can split
+  /// is `Unsplittable`, naming the tensor; a bad rank or world, or a bad `config.json`,
+  /// `InvalidArgument`.
+  [[nodiscard]] Result<std::vector<Selection>> select_for_rank(std::size_t rank, std::size_t world,
+                                                               const TpRules& rules = {},
+                                                               std::span<const Selector> only = {}) const;
 
   /// A zero-copy view of a whole tensor. For a remote checkpoint the tensor's bytes must have
   /// been fetched (into the cache, by this or any process): else `NotFetched`. Only bytes

@@ -52,13 +52,15 @@ enum class ErrorCode {
   Integrity,          ///< a hash mismatch, or the source changed during the read
   // --- added later, at the end so that no value above changes (exit code per code) ---
   Busy,               ///< a cache blob another process has open (it is not removed); exit 1
+  Unsplittable,       ///< a tensor that tensor parallelism cannot split as asked (fused or unknown
+                      ///< layout, a dimension that does not divide, no rule): exit 1
 };
 
 /// The stable, machine-readable name of a code, e.g. "HoleOrOverlap".
 [[nodiscard]] TENSORFETCH_API std::string_view to_string(ErrorCode code) noexcept;
 
 /// The CLI exit code for an error code: 2 format/index, 3 network, 4 integrity, else 1
-/// (`Busy` included).
+/// (`Busy` and `Unsplittable` included).
 [[nodiscard]] TENSORFETCH_API int exit_code(ErrorCode code) noexcept;
 
 /// An error: a code and a message that names the file, tensor and byte range involved.

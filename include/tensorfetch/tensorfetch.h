@@ -100,6 +100,7 @@ typedef enum tf_code {
 
   /* Added later: appended, so that no value above changes. */
   TF_ERR_BUSY = 31,                /**< Busy: a cache blob another process has open (exit 1) */
+  TF_ERR_UNSPLITTABLE = 32,        /**< Unsplittable: tensor parallelism cannot split a tensor (exit 1) */
 
   /* The C API only (exit 1). */
   TF_ERR_INTERNAL = 100            /**< out of memory, or an unexpected failure inside */

@@ -14,5 +14,6 @@
 #include "tensorfetch/parameters.hpp"
 #include "tensorfetch/progress.hpp"
 #include "tensorfetch/slice.hpp"
+#include "tensorfetch/tp.hpp"
 #include "tensorfetch/version.hpp"
 #include "tensorfetch/writer.hpp"

@@ -36,6 +36,7 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::BadResponse: return "BadResponse";
     case ErrorCode::Integrity: return "Integrity";
     case ErrorCode::Busy: return "Busy";
+    case ErrorCode::Unsplittable: return "Unsplittable";
   }
   return "Unknown";
 }
@@ -76,6 +77,7 @@ int exit_code(ErrorCode code) noexcept {
     case ErrorCode::Cancelled:
     case ErrorCode::NotFetched:
     case ErrorCode::Busy:
+    case ErrorCode::Unsplittable:
       return 1;
   }
   return 1;

@@ -86,7 +86,8 @@ namespace {
   X(RateLimited, TF_ERR_RATE_LIMITED)                  \
   X(BadResponse, TF_ERR_BAD_RESPONSE)                  \
   X(Integrity, TF_ERR_INTEGRITY)                       \
-  X(Busy, TF_ERR_BUSY)
+  X(Busy, TF_ERR_BUSY)                                 \
+  X(Unsplittable, TF_ERR_UNSPLITTABLE)
 
 tf_code to_c(ErrorCode code) noexcept {
   switch (code) {

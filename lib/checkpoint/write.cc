@@ -280,7 +280,7 @@ struct WriteJob {
 };
 
 WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> selection, const std::string& out,
-                      bool sharded) {
+                      bool sharded, const Metadata& extra) {
   WriteJob job;
   if (sharded) {
     std::vector<std::size_t> by_source(impl.files.size(), SIZE_MAX);  // source file -> output
@@ -299,6 +299,12 @@ WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> s
     job.outputs.push_back({out, {}, metadata});
     job.outputs.back().tensors.reserve(selection.size());
     for (const auto& s : selection) job.outputs.back().tensors.push_back(&s);
+  }
+  if (!extra.empty()) {  // the caller's entries, over the source's
+    for (auto& o : job.outputs) {
+      if (!o.metadata) o.metadata.emplace();
+      for (const auto& [k, v] : extra) (*o.metadata)[k] = v;
+    }
   }
   for (const auto& s : selection) {
     std::uint64_t elements = 1;
@@ -351,7 +357,7 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
   if (out.find('\0') != std::string::npos) {
     return fail(ErrorCode::InvalidArgument, "output path " + detail::quote_name(out) + " contains a NUL byte");
   }
-  const WriteJob job = plan_outputs(*impl_, selection, out, options.sharded_output);
+  const WriteJob job = plan_outputs(*impl_, selection, out, options.sharded_output, options.metadata);
 
   // Where each file goes, and how. Never replace a file of the checkpoint being read (e.g. `-o`
   // naming its own directory).
@@ -439,7 +445,7 @@ Result<void> Checkpoint::write_stream(std::span<const Selection> selection, int 
   if (fd < 0) return fail(ErrorCode::InvalidArgument, "write_stream: invalid file descriptor " + std::to_string(fd));
   if (auto r = check_selection(*impl_, selection); !r) return r;
   const std::string what = "output stream (descriptor " + std::to_string(fd) + ")";
-  const WriteJob job = plan_outputs(*impl_, selection, what, false);
+  const WriteJob job = plan_outputs(*impl_, selection, what, false, options.metadata);
   StreamFd stream = stream_descriptor(fd);
   // Also a regular file is written as a stream here: at its offset, no rename, no fsync.
   ByteWriter writer(stream.fd, what, options.cancel, false);

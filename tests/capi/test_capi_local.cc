@@ -100,6 +100,7 @@ TEST_CASE("C API: codes keep their numbers, names and exit codes; NULL handles a
       {TF_ERR_BAD_RESPONSE, 29, "BadResponse", 3},
       {TF_ERR_INTEGRITY, 30, "Integrity", 4},
       {TF_ERR_BUSY, 31, "Busy", 1},
+      {TF_ERR_UNSPLITTABLE, 32, "Unsplittable", 1},
       {TF_ERR_INTERNAL, 100, "Internal", 1},
   };
   for (const auto& row : rows) {

@@ -1007,7 +1007,7 @@ TEST_CASE("error: codes have stable names and map to the CLI exit codes", "[erro
   CHECK(tf::exit_code(ErrorCode::Integrity) == 4);
   for (auto c : {ErrorCode::InvalidArgument, ErrorCode::SliceOutOfRange, ErrorCode::SliceMisaligned,
                  ErrorCode::NotFound, ErrorCode::Io, ErrorCode::Cancelled, ErrorCode::NotFetched,
-                 ErrorCode::Busy}) {
+                 ErrorCode::Busy, ErrorCode::Unsplittable}) {
     INFO(tf::to_string(c));
     CHECK(tf::exit_code(c) == 1);
   }
@@ -1015,6 +1015,8 @@ TEST_CASE("error: codes have stable names and map to the CLI exit codes", "[erro
   CHECK(static_cast<int>(ErrorCode::Integrity) == 29);
   CHECK(static_cast<int>(ErrorCode::Busy) == 30);
   CHECK(tf::to_string(ErrorCode::Busy) == "Busy");
+  CHECK(static_cast<int>(ErrorCode::Unsplittable) == 31);
+  CHECK(tf::to_string(ErrorCode::Unsplittable) == "Unsplittable");
   const tf::Error e{ErrorCode::Io, "read failed"};
   CHECK(e.with_context("x.safetensors").message == "x.safetensors: read failed");
   CHECK(e.with_context("x.safetensors").code == ErrorCode::Io);

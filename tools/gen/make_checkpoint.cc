@@ -3,6 +3,7 @@
 // shards plus model.safetensors.index.json, plus config.json) for the demo, tests and
 // benchmarks. Tensor bytes come from a seeded PRNG, so the same options give the same files.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +37,8 @@ struct Options {
   std::uint64_t hidden = 256;
   std::uint64_t intermediate = 0;  // default 4 x hidden
   std::uint64_t vocab = 1000;
+  std::uint64_t heads = 0;     // attention heads (default hidden / 64, at least 1)
+  std::uint64_t kv_heads = 0;  // key/value heads (default: heads; fewer: GQA)
   unsigned shards = 3;
   std::string dtype = "BF16";
   std::uint64_t seed = 1;
@@ -43,14 +46,15 @@ struct Options {
 
 std::vector<OutputTensor> model_tensors(const Options& o, DType dtype) {
   const std::uint64_t h = o.hidden, f = o.intermediate ? o.intermediate : 4 * o.hidden;
+  const std::uint64_t kv = o.kv_heads * (h / o.heads);  // rows of k_proj and v_proj
   std::vector<OutputTensor> t;
   t.push_back({"model.embed_tokens.weight", dtype, {o.vocab, h}});
   for (unsigned l = 0; l < o.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t.push_back({p + "input_layernorm.weight", dtype, {h}});
     t.push_back({p + "self_attn.q_proj.weight", dtype, {h, h}});
-    t.push_back({p + "self_attn.k_proj.weight", dtype, {h, h}});
-    t.push_back({p + "self_attn.v_proj.weight", dtype, {h, h}});
+    t.push_back({p + "self_attn.k_proj.weight", dtype, {kv, h}});
+    t.push_back({p + "self_attn.v_proj.weight", dtype, {kv, h}});
     t.push_back({p + "self_attn.o_proj.weight", dtype, {h, h}});
     t.push_back({p + "post_attention_layernorm.weight", dtype, {h}});
     t.push_back({p + "mlp.gate_proj.weight", dtype, {f, h}});
@@ -102,6 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", o.hidden, "Hidden size")->capture_default_str();
   app.add_option("--intermediate", o.intermediate, "MLP size (default 4 x hidden)");
   app.add_option("--vocab", o.vocab, "Vocabulary size")->capture_default_str();
+  app.add_option("--heads", o.heads, "Attention heads (default hidden / 64)");
+  app.add_option("--kv-heads", o.kv_heads, "Key/value heads (default: --heads; fewer: grouped-query attention)");
   app.add_option("--shards", o.shards, "Number of shards; 1 writes model.safetensors")
       ->capture_default_str()
       ->check(CLI::Range(1u, 99999u));
@@ -127,6 +133,12 @@ int main(int argc, char** argv) {
   auto dtype = tensorfetch::parse_dtype(o.dtype);
   if (!dtype) {
     std::cerr << "unknown dtype " << o.dtype << '\n';
+    return 1;
+  }
+  if (o.heads == 0) o.heads = std::max<std::uint64_t>(1, o.hidden / 64);
+  if (o.kv_heads == 0) o.kv_heads = o.heads;
+  if (o.hidden % o.heads != 0 || o.heads % o.kv_heads != 0) {
+    std::cerr << "--hidden must be a multiple of --heads, and --heads of --kv-heads\n";
     return 1;
   }
   std::filesystem::create_directories(o.out);
@@ -166,6 +178,7 @@ int main(int argc, char** argv) {
       << "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
       << "  \"hidden_size\": " << o.hidden << ",\n  \"intermediate_size\": "
       << (o.intermediate ? o.intermediate : 4 * o.hidden) << ",\n  \"num_hidden_layers\": " << o.layers
+      << ",\n  \"num_attention_heads\": " << o.heads << ",\n  \"num_key_value_heads\": " << o.kv_heads
       << ",\n  \"vocab_size\": " << o.vocab << ",\n  \"torch_dtype\": \"bfloat16\"\n}\n";
   std::cout << o.out << ": " << tensors.size() << " tensors, " << total << " bytes of tensor data\n";
   return 0;

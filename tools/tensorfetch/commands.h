@@ -17,6 +17,9 @@ struct InspectOptions {
   bool json = false;     ///< print the documented JSON object
   bool all = false;      ///< list every tensor instead of grouping repeated layers
   OpenOptions open;      ///< endpoint, CA bundle, window, connections
+  std::size_t tp_world = 0;               ///< --tp N: print the bytes each of N ranks needs (0: no)
+  std::optional<std::string> tp_rules;    ///< --tp-rules FILE
+  bool expert_parallel = false;           ///< --expert-parallel
 };
 
 /// Options of `tensorfetch get`.
@@ -29,6 +32,9 @@ struct GetOptions {
   bool quiet = false;                 ///< no progress or summary on stderr
   FetchOptions fetch;                 ///< chunk size, coalescing gap
   bool hf_cache = false;              ///< publish whole fetched files into the HF cache
+  std::optional<std::string> tp;          ///< --tp R/N: rank R's tensor-parallel slices
+  std::optional<std::string> tp_rules;    ///< --tp-rules FILE
+  bool expert_parallel = false;           ///< --expert-parallel
 };
 
 /// Options of `tensorfetch download`.
@@ -62,6 +68,9 @@ int run_download(const DownloadOptions& options);
 
 /// Runs `cache ls|verify|rm|prune`.
 int run_cache(const CacheOptions& options);
+
+/// Adds --tp-rules and --expert-parallel, which need `tp` (the command's --tp option).
+void add_tp_options(CLI::App& command, CLI::Option* tp, std::optional<std::string>& rules, bool& expert_parallel);
 
 /// Adds --chunk-size and --coalesce-gap.
 void add_fetch_options(CLI::App& command, FetchOptions& options);

@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "progress.h"
+#include "tp.h"
 
 namespace tensorfetch::cli {
 
@@ -70,6 +71,17 @@ int run_get(const GetOptions& options) {
     const auto dir = write_options.sharded_output ? out_path : out_path.parent_path();
     if (auto r = check_output_dir(dir.empty() ? std::string(".") : dir.string()); !r) return report(r.error());
   }
+  // --tp and its rules are checked before anything is opened.
+  std::optional<TpRank> tp;
+  TpRules rules;
+  if (options.tp) {
+    auto r = parse_tp_rank(*options.tp);
+    if (!r) return report(r.error());
+    tp = *r;
+    auto loaded = load_tp_rules(options.tp_rules, options.expert_parallel);
+    if (!loaded) return report(loaded.error());
+    rules = std::move(*loaded);
+  }
   OpenOptions open = options.open;
   open.cancel = interrupt_token();
   auto ckpt = Checkpoint::open(options.location, open);
@@ -77,7 +89,13 @@ int run_get(const GetOptions& options) {
   auto sels = selectors(*ckpt, options);
   if (!sels) return report(sels.error());
   Result<std::vector<Selection>> selection = std::vector<Selection>{};
-  if (sels->empty()) {
+  if (tp) {
+    auto model = ckpt->tp_model();
+    if (!model) return report(model.error());
+    selection = ckpt->select_for_rank(tp->rank, tp->world, rules, *sels);
+    if (!selection) return report(selection.error());
+    write_options.metadata = tp_metadata(*model, *tp, rules, *selection);
+  } else if (sels->empty()) {
     // No names: every tensor, whole (possibly none, which writes a valid empty file), without
     // a selector per tensor.
     selection->reserve(ckpt->tensors().size());

@@ -12,6 +12,7 @@
 #include "escape.h"
 #include "json_stream.h"
 #include "progress.h"
+#include "tp.h"
 
 namespace tensorfetch::cli {
 
@@ -195,9 +196,26 @@ Totals totals(const Checkpoint& ckpt) {
   return t;
 }
 
+// `--tp N`: what each rank needs, under which convention.
+struct TpSummary {
+  std::string rule;
+  std::vector<RankBytes> ranks;
+};
+
+Result<std::optional<TpSummary>> tp_summary(const Checkpoint& ckpt, const InspectOptions& options) {
+  if (options.tp_world == 0) return std::optional<TpSummary>{};
+  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
+  if (!rules) return fail(rules.error());
+  auto model = ckpt.tp_model();
+  if (!model) return fail(model.error());
+  auto ranks = rank_bytes(ckpt, options.tp_world, *rules);
+  if (!ranks) return fail(ranks.error());
+  return std::optional<TpSummary>(TpSummary{describe_tp(*model, *rules), std::move(*ranks)});
+}
+
 // The documented object, streamed (see json_stream.h): memory stays flat however many tensors
 // there are. Stops early, returning false, when interrupted (or when writing fails).
-bool print_json(const Checkpoint& ckpt) {
+bool print_json(const Checkpoint& ckpt, const std::optional<TpSummary>& tp) {
   using nlohmann::ordered_json;
   JsonObjectStream out(stdout);
   out.member("location", ckpt.location());
@@ -241,10 +259,21 @@ bool print_json(const Checkpoint& ckpt) {
     for (const auto& [k, v] : index->extra_metadata) im[k] = v;
     out.member("index_metadata", im);
   }
+  if (tp) {
+    ordered_json ranks = ordered_json::array();
+    for (const auto& r : tp->ranks) {
+      ranks.push_back({{"rank", r.rank},
+                       {"tensors", r.tensors},
+                       {"bytes", r.bytes},
+                       {"sliced_bytes", r.sliced_bytes},
+                       {"whole_bytes", r.whole_bytes}});
+    }
+    out.member("tp", ordered_json{{"world", tp->ranks.size()}, {"rule", tp->rule}, {"ranks", ranks}});
+  }
   return out.end();
 }
 
-void print_table(const Checkpoint& ckpt, bool all) {
+void print_table(const Checkpoint& ckpt, bool all, const std::optional<TpSummary>& tp) {
   const bool group = !all && ckpt.tensors().size() > kGroupThreshold;
   std::vector<Row> rows = table_rows(ckpt, group);
   Row head{"NAME", 0, "DTYPE", "SHAPE", 0, "FILE"};
@@ -309,6 +338,15 @@ void print_table(const Checkpoint& ckpt, bool all) {
     for (const auto& [k, v] : *md) s += (s.empty() ? "" : ", ") + k + "=" + v;
     os << escape_text(s) << '\n';
   }
+  if (tp) {
+    os << "\ntensor parallel, " << tp->ranks.size() << (tp->ranks.size() == 1 ? " rank" : " ranks") << " ("
+       << escape_text(tp->rule) << "): bytes each rank needs\n";
+    for (const auto& r : tp->ranks) {
+      os << "  rank " << r.rank << "  " << with_commas(r.bytes) << " bytes (" << human_bytes(r.bytes) << "), "
+         << r.tensors << " tensors: " << with_commas(r.sliced_bytes) << " in slices + "
+         << with_commas(r.whole_bytes) << " whole\n";
+    }
+  }
   std::cout << os.str();
 }
 
@@ -324,10 +362,12 @@ int run_inspect(const InspectOptions& options) {
   open.cancel = interrupt_token();
   auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
+  auto tp = tp_summary(*ckpt, options);  // before any output: an unsplittable tensor prints nothing
+  if (!tp) return report(tp.error());
   if (options.json) {
-    if (!print_json(*ckpt)) return 1;
+    if (!print_json(*ckpt, *tp)) return 1;
   } else {
-    print_table(*ckpt, options.all);
+    print_table(*ckpt, options.all, *tp);
   }
   std::cout.flush();
   return std::cout && !interrupted() ? 0 : 1;

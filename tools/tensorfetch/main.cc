@@ -83,6 +83,17 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
                             "new group-writable (also: TENSORFETCH_SHARED_CACHE=1)");
 }
 
+void add_tp_options(CLI::App& command, CLI::Option* tp, std::optional<std::string>& rules, bool& expert_parallel) {
+  command.add_option("--tp-rules", rules,
+                     "Rules file for --tp, deciding before the built-in convention: a JSON object "
+                     "glob -> {\"dim\": D} | \"replicate\" | \"expert\"")
+      ->needs(tp);
+  command.add_flag("--expert-parallel", expert_parallel,
+                   "With --tp: deal out MoE experts whole among the ranks (expert parallel) instead of "
+                   "splitting each expert (tensor parallel)")
+      ->needs(tp);
+}
+
 void add_fetch_options(CLI::App& command, FetchOptions& options) {
   command.add_option("--chunk-size", options.chunk_size, "Largest single range transfer (default 8MiB)")
       ->transform(CLI::AsSizeValue(false))
@@ -116,6 +127,11 @@ int main(int argc, char** argv) {
       ->required();
   inspect_cmd->add_flag("--json", inspect.json, "Print one JSON object (see DESIGN.md, CLI contract)");
   inspect_cmd->add_flag("--all", inspect.all, "List every tensor; by default long listings group repeated layers");
+  auto* inspect_tp = inspect_cmd->add_option("--tp", inspect.tp_world,
+                                             "Also print the bytes each rank of N tensor-parallel ranks needs")
+                         ->transform(plain_number(false))
+                         ->check(CLI::Range(std::size_t{1}, tensorfetch::kMaxTpWorld));
+  add_tp_options(*inspect_cmd, inspect_tp, inspect.tp_rules, inspect.expert_parallel);
   add_open_options(*inspect_cmd, inspect.open);
 
   GetOptions get;
@@ -134,6 +150,10 @@ int main(int argc, char** argv) {
                       "source shard plus an index")
       ->required();
   get_cmd->add_flag("-q,--quiet", get.quiet, "No progress bar or summary on stderr");
+  auto* get_tp = get_cmd->add_option("--tp", get.tp,
+                                     "R/N: only what rank R of N tensor-parallel ranks holds (Megatron/vLLM "
+                                     "convention from config.json): its slices and the replicated tensors");
+  add_tp_options(*get_cmd, get_tp, get.tp_rules, get.expert_parallel);
   add_open_options(*get_cmd, get.open);
   add_fetch_options(*get_cmd, get.fetch);
   get_cmd->add_flag("--hf-cache", get.hf_cache,
