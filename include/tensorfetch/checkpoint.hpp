@@ -131,10 +131,14 @@ struct FetchOptions {
   /// Two wanted ranges of a file separated by a hole of at most this many bytes are fetched
   /// as one request (H).
   std::uint64_t coalesce_gap = 1 << 20;
-  /// Transfers are split into chunks of at most this many bytes (C), so that many connections
-  /// share one large tensor.
-  std::uint64_t chunk_size = 8 << 20;
-  /// Parallel transfers; 0: `OpenOptions::connections`.
+  /// Transfers are split into chunks of about (bytes to transfer) / connections, so that every
+  /// connection works on a fetch large or small, but of at most this many bytes (C; and at
+  /// least 512 KiB unless C is smaller). An idle connection also takes over the tail of a
+  /// running transfer that would finish last (see `FetchStats::splits`).
+  std::uint64_t chunk_size = 64 << 20;
+  /// Parallel transfers, each on a TCP connection of its own (HTTP/1.1; a CDN caps each flow);
+  /// a connection far slower than the others does not count (up to a quarter more run then).
+  /// 0: `OpenOptions::connections`.
   std::size_t connections = 0;
   /// Called on the fetching thread at most every 100 ms and at the end; return false to
   /// cancel (the fetch then fails with `Cancelled`; what arrived whole is kept).
@@ -158,6 +162,8 @@ struct FetchStats {
   std::uint64_t requests = 0;           ///< HTTP requests sent (retries included)
   std::uint64_t retries = 0;            ///< of which retries
   std::size_t chunks = 0;               ///< planned transfers
+  std::size_t splits = 0;               ///< running transfers shortened to hand their tail to an idle connection
+  std::size_t stragglers = 0;           ///< transfers found far slower than the others (their work taken over)
 };
 
 /// A tensor of a checkpoint: its header entry and the file that holds it.

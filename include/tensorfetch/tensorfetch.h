@@ -403,7 +403,7 @@ typedef struct tf_fetch_options {
   /** The caller's concurrency limit: at most this many transfers (HTTP connections) at
    *  once; 1 transfers one range after the other. 0: `tf_open_options.connections`. */
   size_t connections;
-  /** Largest single range transfer in bytes; 0: 8 MiB. */
+  /** Largest single range transfer in bytes (chunks are about total / connections); 0: 64 MiB. */
   uint64_t chunk_size;
   /** Holes of at most this many bytes between wanted ranges are fetched too, saving a
    *  request; 0: 1 MiB. */

@@ -146,6 +146,8 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   stats.requests = report->requests;
   stats.retries = report->retries;
   stats.chunks = report->chunks;
+  stats.splits = report->splits;
+  stats.stragglers = report->stragglers;
   if (!options.sink) {
     if (auto r = write_snapshot(impl); !r) return fail(r.error());
   }

@@ -52,6 +52,8 @@ std::string header_or(const detail::Headers& h, const char* name, std::string fa
 detail::HttpOptions http_options(const OpenOptions& options) {
   detail::HttpOptions http;
   http.max_parallel = std::max<std::size_t>(1, options.header_connections);
+  // One set of TLS sessions and DNS answers for the open and every fetch.
+  http.share = std::make_shared<detail::HttpShare>();
   http.max_retries = options.max_retries;
   http.backoff_base_ms = options.retry_backoff_ms;
   http.stall_timeout_ms = options.stall_timeout_ms;

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "fetch/planner.h"
@@ -96,8 +97,9 @@ class Committer {
 
 struct Chunk {
   std::size_t file = 0;
-  ByteRange range;            // still to transfer
-  std::uint64_t received = 0; // of `range`, in the current round
+  ByteRange range;             // still to transfer in this round (shortened by a split)
+  std::uint64_t received = 0;  // of `range`, in this round
+  std::uint64_t committed = 0; // of `received`, handed to the committer
 };
 
 struct State;
@@ -144,6 +146,13 @@ struct State {
     }
     return {};
   }
+
+  // Hands what `c` received since the last time to the committer (blobs only).
+  void commit_received(Chunk& c) {
+    const FetchFile& f = files[c.file];
+    if (!f.sink && c.received > c.committed) committer.add(f.blob, ByteRange{c.range.offset + c.committed, c.received - c.committed});
+    c.committed = c.received;
+  }
 };
 
 Result<void> ChunkSink::write(std::uint64_t offset, std::span<const std::byte> data) {
@@ -158,6 +167,7 @@ Result<void> ChunkSink::write(std::uint64_t offset, std::span<const std::byte> d
     return fail(r.error().with_context(f.what));
   }
   chunk_.received += data.size();
+  if (chunk_.received - chunk_.committed >= state_.settings.commit_piece) state_.commit_received(chunk_);
   state_.progress.bytes_done += data.size();
   state_.per_file[chunk_.file].bytes_done += data.size();
   return state_.report(false);
@@ -243,8 +253,10 @@ int error_rank(ErrorCode c) {
 
 Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const FetchSettings& settings,
                                               std::uint64_t* bytes_cached) {
-  std::vector<PlannedChunk> out;
-  std::uint64_t cached = 0;
+  // Wanted minus held, coalesced, per file; then every range cut into chunks of about
+  // total / connections, so that all connections share the work, small or large.
+  std::vector<std::vector<ByteRange>> ranges(files.size());
+  std::uint64_t cached = 0, total = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
     FetchFile& f = files[i];
     RangeSet have;
@@ -256,25 +268,205 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
     std::vector<ByteRange> wanted = f.wanted;  // clipped to the file (a range past its end is not fetched)
     for (auto& r : wanted) r = ByteRange{std::min(r.offset, f.size), std::min(r.end(), f.size) - std::min(r.offset, f.size)};
     std::uint64_t held = 0;
-    for (const auto& r : plan_transfers(std::move(wanted), have, settings.max_gap, settings.max_chunk, &held)) {
-      out.push_back(PlannedChunk{i, r});
-    }
+    ranges[i] = plan_transfers(std::move(wanted), have, settings.max_gap, 0, &held);
+    total += total_bytes(ranges[i]);
     cached += held;
+  }
+  const std::uint64_t chunk =
+      chunk_size_for(total, settings.http.max_parallel, settings.min_chunk, settings.max_chunk);
+  std::vector<PlannedChunk> out;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    for (const auto& r : split(ranges[i], chunk)) out.push_back(PlannedChunk{i, r});
   }
   if (bytes_cached) *bytes_cached = cached;
   return out;
 }
 
+namespace {
+
+// One round of transfers: N connections at work while chunks are queued; when one runs out of
+// work, the running transfer that would finish last is split and the idle connection takes its
+// tail; a transfer far slower than the others (a straggler: a slow flow of a CDN, a bad path)
+// does not count against N, so another connection takes over its work.
+class Scheduler {
+ public:
+  Scheduler(State& state, HttpClient& client, std::deque<Chunk>& chunks, std::size_t connections, FetchReport& report)
+      : state_(state), client_(client), chunks_(chunks), connections_(connections), report_(report) {}
+
+  // Starts the queued chunks `todo` (positions in `chunks`), N at a time, until they are done.
+  // `on_done` decides about each finished chunk (false: stop all).
+  void run(std::deque<std::size_t> todo, const std::function<bool(std::size_t chunk, const Result<HttpResponse>&)>& on_done) {
+    queue_ = std::move(todo);
+    chunk_of_.clear();
+    in_flight_.clear();
+    sinks_.clear();
+    fill();
+    client_.run(
+        [&](std::size_t id, const Result<HttpResponse>& res) {
+          const std::size_t k = chunk_of_[id];
+          in_flight_.erase(id);
+          straggler_.erase(id);
+          remember(id);
+          const bool go_on = on_done(k, res);
+          if (go_on) fill();
+          return go_on;
+        },
+        [&] { tick(); });
+  }
+
+ private:
+  struct Measure {
+    double rate = 0;        // bytes per second since the first byte
+    double remaining = 0;   // seconds to the end at that rate
+  };
+
+  const FetchSettings& settings() const { return state_.settings; }
+
+  // Transfers in flight that hold one of the N slots (stragglers do not).
+  std::size_t holding() const { return in_flight_.size() - straggler_.size(); }
+
+  // Connections allowed beyond N while stragglers run: a quarter of N, at least one.
+  std::size_t ceiling() const { return connections_ + std::max<std::size_t>(1, connections_ / 4); }
+
+  bool room() const { return holding() < connections_ && in_flight_.size() < ceiling(); }
+
+  void start(std::size_t k) {
+    Chunk& c = chunks_[k];
+    c.received = c.committed = 0;
+    const FetchFile& f = state_.files[c.file];
+    auto& sink = sinks_.emplace_back(std::make_unique<ChunkSink>(state_, c));
+    HttpRequest r;
+    r.url = f.url;
+    r.range = c.range;
+    r.if_match = f.if_match;
+    r.bearer_token = settings().token;  // sent only if the URL's host is the endpoint's
+    r.token_authority = settings().token_authority;
+    r.sink = sink.get();
+    r.expected_size = f.size;
+    const std::size_t id = client_.submit(std::move(r));
+    if (chunk_of_.size() <= id) chunk_of_.resize(id + 1);
+    chunk_of_[id] = k;
+    in_flight_.insert(id);
+  }
+
+  void fill() {
+    while (room() && !queue_.empty()) {
+      start(queue_.front());
+      queue_.pop_front();
+    }
+  }
+
+  std::optional<Measure> measure(std::size_t id, double* first_byte = nullptr) const {
+    auto st = client_.state(id);
+    if (!st || !st->running) return std::nullopt;
+    if (first_byte && st->receiving_seconds > 0) *first_byte = st->first_byte_seconds;
+    if (st->receiving_seconds < 0.15 || st->attempt_bytes == 0) return std::nullopt;  // too early to tell
+    Measure m;
+    m.rate = static_cast<double>(st->attempt_bytes) / st->receiving_seconds;
+    m.remaining = static_cast<double>(st->end - st->next) / m.rate;
+    return m;
+  }
+
+  // Keeps the rate and first-byte wait of a finished transfer: what a new request may expect.
+  void remember(std::size_t id) {
+    auto st = client_.state(id);
+    if (!st || st->attempt_bytes < (64 << 10) || st->receiving_seconds <= 0) return;
+    done_rates_.push_back(static_cast<double>(st->attempt_bytes) / st->receiving_seconds);
+    done_waits_.push_back(st->first_byte_seconds);
+    if (done_rates_.size() > 32) done_rates_.pop_front();
+    if (done_waits_.size() > 32) done_waits_.pop_front();
+  }
+
+  static double median(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  }
+
+  void tick() {
+    fill();
+    const auto now = Clock::now();
+    if (now - last_balance_ < std::chrono::milliseconds(20)) return;
+    last_balance_ = now;
+    // Rates of the transfers that have been receiving long enough to tell, and of the last
+    // finished ones.
+    std::vector<double> rates(done_rates_.begin(), done_rates_.end()), waits(done_waits_.begin(), done_waits_.end());
+    std::vector<std::pair<std::size_t, Measure>> measured;
+    for (std::size_t id : in_flight_) {
+      double fb = -1;
+      if (auto m = measure(id, &fb)) {
+        rates.push_back(m->rate);
+        measured.emplace_back(id, *m);
+      }
+      if (fb >= 0) waits.push_back(fb);
+    }
+    if (rates.size() < 2) return;
+    const double typical = median(rates);
+    const double wait = waits.empty() ? 0 : median(waits);  // time to first byte: what a new request costs
+    // A transfer at less than a third of the typical rate, receiving for half a second, gives
+    // up its slot.
+    for (const auto& [id, m] : measured) {
+      if (m.rate * 3 < typical && !straggler_.count(id) && client_.state(id)->receiving_seconds >= 0.5) {
+        straggler_.insert(id);
+        ++report_.stragglers;
+      }
+    }
+    fill();
+    // Idle slots and nothing queued: split the transfer that would finish last.
+    while (room() && queue_.empty()) {
+      std::pair<std::size_t, Measure>* victim = nullptr;
+      for (auto& e : measured) {
+        if (!victim || e.second.remaining > victim->second.remaining) victim = &e;
+      }
+      if (!victim || victim->second.remaining < std::max(settings().min_split_seconds, 2 * wait)) return;
+      auto st = client_.state(victim->first);
+      const double p = static_cast<double>(st->next), e = static_cast<double>(st->end);
+      const double rv = victim->second.rate, rn = std::max(typical, rv);
+      // Both parts end together: (m - p) / rv = wait + (e - m) / rn.
+      double m = (p * rn + rv * e + rv * wait * rn) / (rv + rn);
+      const double lo = p + static_cast<double>(settings().min_split) / 4, hi = e - static_cast<double>(settings().min_split);
+      if (hi <= lo) return;
+      m = std::clamp(m, lo, hi);
+      const std::uint64_t cut = (static_cast<std::uint64_t>(m) + 4095) / 4096 * 4096;  // page-aligned writes
+      if (cut <= st->next || cut >= st->end || !client_.shorten(victim->first, cut)) return;
+      Chunk& old = chunks_[chunk_of_[victim->first]];
+      const std::uint64_t old_end = old.range.end();
+      old.range.length = cut - old.range.offset;
+      chunks_.push_back(Chunk{old.file, ByteRange{cut, old_end - cut}, 0, 0});
+      ++state_.chunks_left[old.file];
+      ++report_.splits;
+      // The victim's estimate changes: it now ends at `cut`.
+      victim->second.remaining = (m - p) / rv;
+      start(chunks_.size() - 1);
+    }
+  }
+
+  State& state_;
+  HttpClient& client_;
+  std::deque<Chunk>& chunks_;  // grows on splits (a deque: sinks keep references)
+  std::size_t connections_;
+  FetchReport& report_;
+  std::deque<std::size_t> queue_;
+  std::vector<std::size_t> chunk_of_;  // request id -> chunk
+  std::set<std::size_t> in_flight_;    // request ids
+  std::set<std::size_t> straggler_;    // request ids in flight found far slower than the others
+  std::vector<std::unique_ptr<ChunkSink>> sinks_;
+  Clock::time_point last_balance_{};
+  std::deque<double> done_rates_, done_waits_;  // of the last finished transfers
+};
+
+}  // namespace
+
 Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings& settings) {
   FetchReport report;
   State state(files, settings);
-  std::vector<Chunk> chunks;
+  std::deque<Chunk> chunks;  // grows on splits; sinks keep references
   state.chunks_left.assign(files.size(), 0);
   state.per_file.resize(files.size());
   auto planned = plan_chunks(files, settings, &report.bytes_cached);
   if (!planned) return fail(planned.error());
   for (const auto& p : *planned) {
-    chunks.push_back(Chunk{p.file, p.range, 0});
+    chunks.push_back(Chunk{p.file, p.range, 0, 0});
     state.progress.bytes_total += p.range.length;
     ++state.chunks_left[p.file];
     state.per_file[p.file].bytes_total += p.range.length;
@@ -292,8 +484,13 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   }
   state.progress.bytes_cached = report.bytes_cached;
 
-  // A wait the server asks for (a rate limit) is said to the caller, and shown in the progress.
+  // Bulk data: one TCP connection per transfer (not multiplexed), N holding slots plus room for
+  // the connections that take over from stragglers.
+  const std::size_t connections = std::max<std::size_t>(1, settings.http.max_parallel);
   HttpOptions http = settings.http;
+  http.multiplex = false;
+  http.max_parallel = connections + std::max<std::size_t>(1, connections / 4);
+  // A wait the server asks for (a rate limit) is said to the caller, and shown in the progress.
   http.on_wait = [&](const HttpWait& w) {
     state.progress.waiting_seconds = static_cast<double>(w.wait_ms) / 1000.0;
     if (settings.on_wait) settings.on_wait(w);
@@ -305,8 +502,8 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   auto note_error = [&](Error e) {
     if (!error || error_rank(e.code) > error_rank(error->code)) error = std::move(e);
   };
-  std::vector<std::size_t> todo(chunks.size());
-  for (std::size_t k = 0; k < chunks.size(); ++k) todo[k] = k;
+  std::deque<std::size_t> todo;
+  for (std::size_t k = 0; k < chunks.size(); ++k) todo.push_back(k);
   // Space for every planned byte is allocated before the first request: a disk that cannot hold
   // them fails now, not after transferring most of them.
   for (const auto& c : chunks) {
@@ -321,39 +518,21 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   // before anything arrives means the server will not serve it.
   std::vector<int> stale_resolves(files.size(), 0);
   std::vector<std::uint64_t> done_at_resolve(files.size(), 0);
-  for (int round = 0; !todo.empty() && !error; ++round) {
+  Scheduler scheduler(state, client, chunks, connections, report);
+  while (!todo.empty() && !error) {
     if (auto r = state.report(true); !r) {
       note_error(r.error());
       break;
     }
-    std::vector<ChunkSink> sinks;
-    sinks.reserve(todo.size());
-    std::vector<HttpRequest> reqs;
-    reqs.reserve(todo.size());
-    for (std::size_t k : todo) {
+    std::vector<std::size_t> expired;  // chunks whose URL expired
+    scheduler.run(std::move(todo), [&](std::size_t k, const Result<HttpResponse>& res) -> bool {
       Chunk& c = chunks[k];
-      c.received = 0;
-      const FetchFile& f = files[c.file];
-      sinks.emplace_back(state, c);
-      HttpRequest r;
-      r.url = f.url;
-      r.range = c.range;
-      r.if_match = f.if_match;
-      r.bearer_token = settings.token;  // sent only if the URL's host is the endpoint's
-      r.token_authority = settings.token_authority;
-      r.sink = &sinks.back();
-      r.expected_size = f.size;
-      reqs.push_back(std::move(r));
-    }
-    std::vector<std::size_t> expired;  // positions in todo
-    auto on_done = [&](std::size_t pos, const Result<HttpResponse>& res) -> bool {
-      Chunk& c = chunks[todo[pos]];
       FetchFile& f = files[c.file];
       // What arrived in order before a transport failure (or a cancel, or a full disk) is kept:
       // a re-run resumes after it. A response that broke the protocol keeps nothing.
       const bool keep = res || res.error().code == ErrorCode::Network || res.error().code == ErrorCode::Cancelled ||
                         res.error().code == ErrorCode::RateLimited || res.error().code == ErrorCode::Io;
-      if (keep && !f.sink) state.committer.add(f.blob, ByteRange{c.range.offset, c.received});
+      if (keep) state.commit_received(c);
       if (res && (res->status == 206 || res->status == 200) && c.received == c.range.length) {
         if (--state.chunks_left[c.file] == 0) ++state.progress.files_done;
         return true;
@@ -362,23 +541,21 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
           !f.resolve_url.empty() && f.url != f.resolve_url && stale_resolves[c.file] < 3) {
         // The signed URL expired, or the CDN keeps failing on a valid range (its retries are
         // spent): resolve again, then resume.
-        expired.push_back(pos);
+        expired.push_back(k);
         return true;
       }
       note_error(res ? chunk_error(f, c, *res) : res.error().with_context(f.what));
       return false;
-    };
-    auto results = client.perform(reqs, on_done);
-    (void)results;
+    });
+    todo.clear();
     // The client stops by itself when the token is cancelled (results it did not report).
     if (state.cancelled || settings.http.cancel.cancelled()) {
       note_error(Error{ErrorCode::Cancelled, "cancelled by the caller"});
     }
     if (error) break;
-    std::vector<std::size_t> next;
     std::map<std::size_t, bool> resolved;
-    for (std::size_t pos : expired) {
-      Chunk& c = chunks[todo[pos]];
+    for (std::size_t k : expired) {
+      Chunk& c = chunks[k];
       c.range = ByteRange{c.range.offset + c.received, c.range.length - c.received};
       if (!resolved.count(c.file)) {
         const std::uint64_t done = state.per_file[c.file].bytes_done;
@@ -392,9 +569,8 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
         resolved[c.file] = true;
         ++report.re_resolves;
       }
-      next.push_back(todo[pos]);
+      todo.push_back(k);
     }
-    todo = std::move(next);
   }
   auto committed = state.committer.stop();
   if (!committed) note_error(committed.error());

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Private: executes a fetch plan. Byte ranges of remote files are transferred over one libcurl
-// multi client (M connections), each chunk streamed straight into its cache blob at its offset;
-// a committer thread makes finished chunks durable and records them while transfers go on.
+// multi client, N transfers at once, each on a TCP connection of its own (HTTP/1.1: a CDN caps
+// every flow), each chunk streamed straight into its cache blob at its offset. Chunks are about
+// total / N, so every connection works; when a connection runs out of work while another is
+// far from done, the running transfer is shortened and the rest of its range handed to the idle
+// one; a connection far slower than the others (a straggler) does not hold a slot. A committer
+// thread makes received bytes durable and records them while transfers go on.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +43,17 @@ struct FetchSettings {
   std::string token;                 ///< bearer token (re-resolves only, to `token_authority`)
   std::string token_authority;       ///< scheme://host[:port] allowed to receive the token
   std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size
-  std::uint64_t max_chunk = 8 << 20; ///< split transfers into chunks of at most this
+  /// Transfers are split into chunks of about (bytes to transfer) / connections, at most this
+  /// (0: no limit) and at least `min_chunk`.
+  std::uint64_t max_chunk = 64 << 20;
+  std::uint64_t min_chunk = 512 << 10;  ///< smallest chunk the split above makes
+  /// Received bytes are handed to the committer every this many bytes of a transfer (and at its
+  /// end): a crash loses at most this much per connection.
+  std::uint64_t commit_piece = 8 << 20;
+  /// Rebalancing: a transfer is split for an idle connection only when it would still run at
+  /// least this long, and never into pieces smaller than `min_split`.
+  double min_split_seconds = 0.2;
+  std::uint64_t min_split = 256 << 10;
   std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
   long commit_interval_ms = 500;          ///< ...or this long has passed
   std::function<bool(const FetchProgress&)> progress;     ///< false: cancel
@@ -54,6 +68,8 @@ struct FetchReport {
   std::uint64_t retries = 0;
   std::size_t chunks = 0;               ///< planned transfers
   std::size_t re_resolves = 0;          ///< expired URLs resolved again
+  std::size_t splits = 0;               ///< running transfers split for an idle connection
+  std::size_t stragglers = 0;           ///< transfers found far slower than the others
 };
 
 /// One planned transfer: `range` of `files[file]`.

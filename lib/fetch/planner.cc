@@ -36,6 +36,15 @@ std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_c
   return out;
 }
 
+std::uint64_t chunk_size_for(std::uint64_t total, std::size_t connections, std::uint64_t floor,
+                             std::uint64_t ceiling) noexcept {
+  const std::uint64_t n = std::max<std::uint64_t>(1, connections);
+  std::uint64_t c = total / n + (total % n != 0 ? 1 : 0);
+  c = std::max(c, floor);
+  if (ceiling != 0) c = std::min(c, ceiling);
+  return std::max<std::uint64_t>(c, 1);
+}
+
 std::vector<ByteRange> plan_transfers(std::vector<ByteRange> wanted, std::span<const ByteRange> have,
                                       std::uint64_t max_gap, std::uint64_t max_chunk, std::uint64_t* already_held) {
   const RangeSet want = normalize(std::move(wanted));

@@ -22,6 +22,13 @@ namespace tensorfetch::detail {
 /// with 8 MiB chunks becomes 3 pieces of about 5.7 MiB, not 8 + 8 + 1.
 [[nodiscard]] std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_chunk);
 
+/// The chunk size that lets `connections` parallel transfers share `total` bytes: about
+/// total / connections (rounded up), so a small fetch engages every connection as a large one
+/// does, but at least `floor` (a request costs a round trip; tiny ones are not worth it) and at
+/// most `ceiling` (0: no limit; a ceiling below the floor wins). Pure.
+[[nodiscard]] std::uint64_t chunk_size_for(std::uint64_t total, std::size_t connections, std::uint64_t floor,
+                                           std::uint64_t ceiling) noexcept;
+
 /// What to transfer for one file: `wanted` minus `have`, coalesced across holes of at most
 /// `max_gap`, split into chunks of at most `max_chunk`. `wanted` need not be normalized.
 /// `already_held`, if given, receives the wanted bytes `have` covers (each counted once).

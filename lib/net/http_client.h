@@ -32,9 +32,37 @@ struct HttpWait {
   const Headers* headers = nullptr; ///< the response's headers (RateLimit, Retry-After, ...)
 };
 
+/// What several `HttpClient`s share when given the same object (`HttpOptions::share`): the DNS
+/// cache and TLS sessions (a new connection resumes a session instead of a full handshake with
+/// certificate checks), e.g. a checkpoint's fetches resume the sessions its open made. Not the
+/// connections themselves (see http_client.cc). Thread-safe: libcurl locks it through mutexes
+/// owned here. Must outlive every client using it (they hold it by `shared_ptr`).
+class HttpShare {
+ public:
+  /// Creates an empty share.
+  HttpShare();
+  HttpShare(const HttpShare&) = delete;
+  HttpShare& operator=(const HttpShare&) = delete;
+  ~HttpShare();
+
+  /// The libcurl share handle (`CURLSH*`), for `HttpClient` only.
+  [[nodiscard]] void* handle() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 /// Settings of an `HttpClient`. A plain value.
 struct HttpOptions {
   std::size_t max_parallel = 16;       ///< transfers in flight at once
+  /// true: HTTP/2 where TLS negotiates it, transfers to one host multiplexed on one connection
+  /// (metadata: many small requests, one handshake). false: HTTP/1.1, every transfer in flight
+  /// on a TCP connection of its own (bulk data: a CDN caps each flow, so N flows carry N times
+  /// what one multiplexed connection does).
+  bool multiplex = true;
+  /// Shared DNS cache, TLS sessions and connections (see `HttpShare`); null: this client's own.
+  std::shared_ptr<HttpShare> share;
   long connect_timeout_ms = 10'000;    ///< TCP + TLS connect
   long stall_timeout_ms = 30'000;      ///< no byte received for this long: the attempt fails
   /// Slowest acceptable transfer, in bytes per second, measured over each stall window
@@ -133,7 +161,24 @@ struct HttpStats {
   std::uint64_t bytes = 0;     ///< body bytes received (kept, streamed to sinks, or errors)
 };
 
-/// A libcurl multi client. Not thread-safe: one thread drives `perform`.
+/// The state of a submitted request during `HttpClient::run` (see `HttpClient::state`). A plain
+/// value.
+struct TransferState {
+  bool running = false;              ///< an attempt is in flight (else queued or waiting to retry)
+  bool done = false;                 ///< finished (its result was reported)
+  std::uint64_t next = 0;            ///< streaming: absolute offset of the next byte to deliver
+  std::uint64_t end = 0;             ///< streaming: absolute end of what is still wanted
+  std::uint64_t attempt_bytes = 0;   ///< bytes the current (done: the last) attempt delivered
+  /// Seconds since the current attempt's first body byte (0 before it arrived); once done, from
+  /// the last attempt's first body byte to its last.
+  double receiving_seconds = 0;
+  /// Seconds the current attempt waited for its first body byte (connect, TLS, request), once
+  /// it arrived; else the time waited so far.
+  double first_byte_seconds = 0;
+};
+
+/// A libcurl multi client. Not thread-safe: one thread drives `perform` or `run` (and calls
+/// `submit`, `shorten` and `state`, also from inside their callbacks).
 class HttpClient {
  public:
   /// Creates the client (curl is initialised once per process).
@@ -160,6 +205,30 @@ class HttpClient {
   /// As above, reporting each result as soon as it is known.
   [[nodiscard]] std::vector<Result<HttpResponse>> perform(std::span<const HttpRequest> requests,
                                                           const DoneCallback& on_done);
+
+  /// Queues a request for the next (or the running) `run`; returns its id (0, 1, ... in the
+  /// order of submission within one run). A request `perform` would refuse fails at once.
+  std::size_t submit(HttpRequest request);
+
+  /// Runs every submitted request (at most `max_parallel` at once; `submit` may add more while
+  /// it runs) as `perform` does, until none is left. Reports each result to `on_done` (returning
+  /// false cancels the rest, which report `Cancelled`). `on_tick` is called after every round of
+  /// I/O (about every 100 ms at most when nothing happens): the place to submit more requests or
+  /// shorten running ones. Returns when every request has reported; ids start at 0 again.
+  void run(const DoneCallback& on_done, const std::function<void()>& on_tick = {});
+
+  /// Ends a streaming request (one with a sink) early: only bytes before `end` (absolute) are
+  /// delivered, and when the last of them has, the request completes as if its range had ended
+  /// there (the connection is closed: the server's remaining bytes are not read). Refused
+  /// (false) when `end` is not after the next byte to deliver or not before the current end,
+  /// or the request is done.
+  bool shorten(std::size_t id, std::uint64_t end);
+
+  /// The state of request `id` of the current run; nullopt for an unknown id.
+  [[nodiscard]] std::optional<TransferState> state(std::size_t id) const;
+
+  /// Requests of the current run with an attempt in flight.
+  [[nodiscard]] std::size_t active() const noexcept;
 
   /// Counters since construction.
   [[nodiscard]] const HttpStats& stats() const noexcept;

@@ -448,6 +448,108 @@ TEST_CASE("fetch: only the selected tensors' bytes travel, as 206s of exactly th
   CHECK(sha256_hex(written) == sha256_hex(expected_file));
 }
 
+// ======================================================================== the data plane
+
+// Everything after the header window of org/big: what a fetch of every tensor transfers.
+std::vector<Selection> everything(const Checkpoint& c) { return pick(c, {"*"}); }
+
+TEST_CASE("data plane: N connections each carry about total / N bytes, on N TCP connections of their own "
+          "(chunks follow the work, not a fixed size)",
+          "[fetch][data-plane]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  (void)f.server->take_log();
+  constexpr std::size_t kN = 4;
+  FetchOptions fo;
+  fo.connections = kN;
+  auto stats = c.fetch(everything(c), fo);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const std::uint64_t total_bytes = big_model().size() - kWindow;
+  // chunk = ceil(total / 4) (above the 512 KiB floor, below the 64 MiB ceiling): 4 chunks.
+  CHECK(stats->chunks == kN);
+  CHECK(stats->bytes_transferred == total_bytes);
+  const auto data = data_requests(f.server->log());
+  REQUIRE(data.size() == kN);
+  std::set<int> ports;
+  Ranges got;
+  for (const auto& r : data) {
+    INFO(r.to_json());
+    CHECK(r.status == 206);
+    ports.insert(r.client_port);
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    got.push_back(*rr);
+    // About total / N each (near-equal pieces).
+    CHECK(rr->length >= total_bytes / kN - 1);
+    CHECK(rr->length <= total_bytes / kN + 1);
+  }
+  CHECK(ports.size() == kN);  // four TCP connections at once, one per transfer
+  CHECK(normalized(got) == Ranges{{kWindow, total_bytes}});
+  const std::string& source = big_model();
+  check_view(c, "layers.23.weight", source);
+  check_view(c, "layers.0.bias", source);
+}
+
+TEST_CASE("data plane: a straggler connection does not decide the wall time: its tail is taken over by an idle "
+          "connection, shortened not restarted, each byte sent about once",
+          "[fetch][data-plane][straggler]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  (void)f.server->take_log();
+  // Every 4th TCP connection asking for file bodies from now on, from the 2nd, is paced at
+  // 256 KiB/s: one of the four data flows is slow.
+  constexpr std::uint64_t kSlow = 256 << 10;
+  f.server->slow_connections(kSlow, 4, 2);
+  constexpr std::size_t kN = 4;
+  FetchOptions fo;
+  fo.connections = kN;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stats = c.fetch(everything(c), fo);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const std::uint64_t total_bytes = big_model().size() - kWindow;
+  const double slow_alone = static_cast<double>(total_bytes / kN) / kSlow;  // ~2.8 s
+  // The server logs the cut request when its next paced write finds the connection closed.
+  auto data = data_requests(f.server->log());
+  for (int i = 0; i < 100 && std::none_of(data.begin(), data.end(), [](const auto& r) { return r.fault == "slow_connection"; }); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    data = data_requests(f.server->log());
+  }
+  std::string lines;
+  for (const auto& r : data) lines += r.to_json() + "\n";
+  INFO("wall " << wall << " s; the slow flow alone would take " << slow_alone << " s; splits " << stats->splits
+               << ", stragglers " << stats->stragglers << "\n" << lines);
+  CHECK(stats->splits >= 1);
+  CHECK(wall < slow_alone / 2);
+  CHECK(stats->bytes_transferred == total_bytes);
+  // The slow request was cut short (not restarted: no request asks for its first bytes again).
+  std::size_t slow = 0;
+  std::uint64_t sent = 0;
+  Ranges asked;
+  for (const auto& r : data) {
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    asked.push_back(*rr);
+    sent += r.body_bytes;
+    if (r.fault == "slow_connection") {
+      ++slow;
+      CHECK(r.body_bytes < rr->length);
+    }
+  }
+  CHECK(slow >= 1);
+  std::uint64_t asked_total = 0;
+  for (const auto& r : asked) asked_total += r.length;
+  CHECK(asked_total >= total_bytes);
+  CHECK(normalized(asked) == Ranges{{kWindow, total_bytes}});
+  // Bytes sent twice: at most what was in flight on the cut connections.
+  CHECK(sent <= total_bytes + stats->splits * (256 << 10));
+  const std::string& source = big_model();
+  for (int i = 0; i < kLayers; ++i) check_view(c, "layers." + std::to_string(i) + ".weight", source);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+}
+
 TEST_CASE("fetch: slices fetch only the slice's byte ranges (rows, a row's columns, an index)", "[fetch][slice]") {
   Fixture f;
   Checkpoint c = f.open();

@@ -88,6 +88,9 @@ void HubServer::Impl::apply_admin_set(const httplib::Request& req, HubServer& se
   }
   if (has("change_etag_after")) self.change_etag_after(i32("change_etag_after", -1));
   if (has("cdn_url_ttl_ms")) self.set_cdn_url_ttl_ms(num("cdn_url_ttl_ms", 0));
+  if (has("slow_connections")) {
+    self.slow_connections(u64("slow_connections", 0), i32("every", 4), i32("phase", 1));
+  }
   if (has("drip")) self.drip(u64("drip", 1), i32("interval_ms", 1000), n, match);
   if (has("cdn_base")) self.set_cdn_base(str("cdn_base"));
   if (has("header")) self.set_header(str("header"), str("value"), n, match);

@@ -237,6 +237,11 @@ class HubServer {
   void wrong_content_range(int n = 1, std::string match = "", std::int64_t shift = 1);
   // Bodies (of files) trickle: `bytes` body bytes, then a pause of interval_ms, and so on.
   void drip(std::uint64_t bytes, int interval_ms, int n = 1, std::string match = "");
+  // File bodies on every `every`-th TCP connection (numbered from 1 in the order their first
+  // file body was asked for; connections phase, phase + every, ...) go out at `rate` bytes per
+  // second: slow flows among fast ones (a CDN node far away). rate 0 turns it off (and forgets
+  // the numbering). Logged as fault "slow_connection".
+  void slow_connections(std::uint64_t rate, int every, int phase = 1);
   // Redirects to the CDN point at BASE + "/cdn/..." instead of cdn_endpoint() ("" = back to
   // it), e.g. another server's "http://..." behind a TLS Hub: a downgrade.
   void set_cdn_base(std::string base);

@@ -88,12 +88,22 @@ bool HubServer::Impl::write_body(const BodyPlan& plan, Pending& p, httplib::Data
   if (f.stall_at) limit = std::min(limit, *f.stall_at);
   std::vector<char> buf(256 * 1024);
   std::uint64_t sent = 0;
+  const auto paced_start = std::chrono::steady_clock::now();
   while (sent < limit) {
     if (stopping) {
       p.dropped = true;
       return false;
     }
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), limit - sent));
+    if (f.pace_rate > 0) {  // a slow flow: rate bytes per second, in pieces of 1/20 s
+      want = static_cast<std::size_t>(std::min<std::uint64_t>(want, std::max<std::uint64_t>(1, f.pace_rate / 20)));
+      const auto due = paced_start + std::chrono::microseconds(sent * 1'000'000 / f.pace_rate);
+      if (due > std::chrono::steady_clock::now() &&
+          sleep_or_stop(std::chrono::duration_cast<std::chrono::milliseconds>(due - std::chrono::steady_clock::now()))) {
+        p.dropped = true;
+        return false;
+      }
+    }
     if (f.drip_bytes > 0) {
       want = static_cast<std::size_t>(std::min<std::uint64_t>(want, f.drip_bytes));
       if (sent > 0 && sleep_or_stop(std::chrono::milliseconds(f.drip_ms))) {
@@ -221,7 +231,7 @@ void HubServer::Impl::serve_file(const httplib::Request& req, httplib::Response&
   }
   if (req.method != "HEAD") {
     plan.faults = switches.with([&](detail::Switches& sw) {
-      return sw.take_body_faults(req.target, match_file, res.status == 206);
+      return sw.take_body_faults(req.target, match_file, res.status == 206, req.remote_port);
     });
     if (!plan.faults.fault.empty()) p->rec.fault = plan.faults.fault;
   }

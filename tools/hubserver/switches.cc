@@ -136,8 +136,16 @@ Switches Switches::from(const Options& o) {
 }
 
 BodyFaults Switches::take_body_faults(const std::string& target, const std::string& file,
-                                      bool partial) {
+                                      bool partial, int client_port) {
   BodyFaults f;
+  if (slow.rate > 0 && slow.every > 0) {
+    auto [it, fresh] = slow.ordinal.emplace(client_port, static_cast<int>(slow.ordinal.size()) + 1);
+    (void)fresh;
+    if ((it->second - slow.phase) % slow.every == 0 && it->second >= slow.phase) {
+      f.pace_rate = slow.rate;
+      f.fault = "slow_connection";
+    }
+  }
   if (stall.when.take(target, file)) {
     f.stall_at = stall.bytes;
     f.stall_ms = stall.ms;
@@ -201,6 +209,14 @@ void HubServer::overlong_body(std::uint64_t extra, int n, std::string match, Ove
 void HubServer::drip(std::uint64_t bytes, int interval_ms, int n, std::string match) {
   impl_->switches.with([&](Switches& sw) {
     sw.drip = {{n, std::move(match)}, bytes, interval_ms};
+  });
+}
+void HubServer::slow_connections(std::uint64_t rate, int every, int phase) {
+  impl_->switches.with([&](Switches& sw) {
+    sw.slow = {};
+    sw.slow.rate = rate;
+    sw.slow.every = every;
+    sw.slow.phase = phase;
   });
 }
 void HubServer::set_header(std::string name, std::string value, int n, std::string match) {

@@ -29,6 +29,7 @@ struct BodyFaults {
   int stall_ms = -1;
   std::uint64_t drip_bytes = 0;  ///< > 0: send this many bytes per drip_ms
   int drip_ms = 0;
+  std::uint64_t pace_rate = 0;   ///< > 0: the body goes out at this many bytes per second
   std::uint64_t extra = 0;
   std::optional<OverlongMode> overlong;
   std::int64_t content_range_shift = 0;
@@ -96,6 +97,12 @@ struct Switches {
     std::uint64_t bytes = 1;
     int interval_ms = 1000;
   } drip;
+  struct SlowFlows {  ///< slow_connections: file bodies on every `every`-th TCP connection paced
+    std::uint64_t rate = 0;            ///< bytes per second (0: off)
+    int every = 0;
+    int phase = 1;                     ///< connections phase, phase + every, ... (from 1)
+    std::map<int, int> ordinal;        ///< client port -> connection number (from 1)
+  } slow;
   struct Header {  ///< set_header: response header `name` replaced by `value`
     Trigger when;
     std::string name, value;
@@ -132,7 +139,9 @@ struct Switches {
   void set_real_hub(bool on);
 
   /// The body faults hitting this request (counted); `partial`: the answer is a 206.
-  BodyFaults take_body_faults(const std::string& target, const std::string& file, bool partial);
+  /// `client_port` tells the TCP connection (slow_connections).
+  BodyFaults take_body_faults(const std::string& target, const std::string& file, bool partial,
+                              int client_port = 0);
   /// An injected error status for this request, if fail_next hits it (counted).
   std::optional<Fail> take_fail(const std::string& target, const std::string& file);
 };

@@ -95,7 +95,7 @@ void add_tp_options(CLI::App& command, CLI::Option* tp, std::optional<std::strin
 }
 
 void add_fetch_options(CLI::App& command, FetchOptions& options) {
-  command.add_option("--chunk-size", options.chunk_size, "Largest single range transfer (default 8MiB)")
+  command.add_option("--chunk-size", options.chunk_size, "Largest single range transfer (default 64MiB; chunks are about total / connections)")
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 34));
