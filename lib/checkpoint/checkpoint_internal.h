@@ -104,6 +104,17 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                 const std::string& what) const;
 
+  /// A private copy-on-write mapping of `range` of file `file` (the local file, or the cache
+  /// blob), under the same check as `served_bytes` (`NotFetched` naming `what`).
+  [[nodiscard]] Result<detail::PrivateBytes> private_bytes(std::size_t file, ByteRange range,
+                                                           const std::string& what) const;
+
+  /// For remote files served from the cache, with `blob_mutex` held (shared) by the caller: the
+  /// blob holding every range of `needed` (null when the file has no blob and `needed` is empty),
+  /// else `NotFetched` naming `what` (or the error that kept the cache from being read).
+  [[nodiscard]] Result<detail::Blob*> blob_holding(std::size_t file, std::span<const ByteRange> needed,
+                                                   const std::string& what) const;
+
   /// The cache, opened on first use; with `create`, made if missing (a fetch), else `NotFound`
   /// when absent (inspecting writes nothing). Refusals (a symlinked or foreign root) are errors.
   [[nodiscard]] Result<std::shared_ptr<const detail::CacheDir>> open_cache(bool create);

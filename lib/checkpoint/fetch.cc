@@ -315,11 +315,9 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
   return {};
 }
 
-Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
-                                                                 const std::string& what) const {
-  if (!remote || !rfiles[file].local_path.empty()) return maps[file].bytes();
-  std::shared_lock lock(blob_mutex);
-  const auto& blob = rfiles[file].blob;
+Result<detail::Blob*> Checkpoint::Impl::blob_holding(std::size_t file, std::span<const ByteRange> needed,
+                                                     const std::string& what) const {
+  detail::Blob* blob = rfiles[file].blob.get();
   // The cache could not be read when the blob was looked for: that error, not "not fetched".
   if (!blob && rfiles[file].blob_error) return fail(rfiles[file].blob_error->with_context(files[file].path));
   for (const auto& r : needed) {
@@ -330,8 +328,35 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
                                              std::to_string(r.end()) + ") is not in the cache; fetch it first");
     }
   }
-  if (!blob) return std::span<const std::byte>();
-  return blob->map();
+  return blob;
+}
+
+Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
+                                                                 const std::string& what) const {
+  if (!remote || !rfiles[file].local_path.empty()) return maps[file].bytes();
+  std::shared_lock lock(blob_mutex);
+  auto blob = blob_holding(file, needed, what);
+  if (!blob) return fail(blob.error());
+  if (!*blob) return std::span<const std::byte>();
+  return (*blob)->map();
+}
+
+Result<detail::PrivateBytes> Checkpoint::Impl::private_bytes(std::size_t file, ByteRange range,
+                                                             const std::string& what) const {
+  if (!remote || !rfiles[file].local_path.empty()) {
+    if (range.end() > maps[file].size()) {
+      return fail(ErrorCode::Io, files[file].path + ": " + what + " lies beyond the mapped file");
+    }
+    return detail::map_private(maps[file].fd(), range, remote ? rfiles[file].local_path : local_path(file));
+  }
+  std::shared_lock lock(blob_mutex);  // keeps the blob (and its descriptor) while it is mapped
+  auto blob = blob_holding(file, std::span(&range, 1), what);
+  if (!blob) return fail(blob.error());
+  if (!*blob) return detail::PrivateBytes{};
+  if (range.end() > (*blob)->size()) {
+    return fail(ErrorCode::Io, files[file].path + ": " + what + " lies beyond the cache blob");
+  }
+  return detail::map_private((*blob)->fd(), range, (*blob)->data_path());
 }
 
 Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
@@ -394,6 +419,17 @@ Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
                                    " lies beyond the mapped file");
   }
   return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, bytes->subspan(range.offset, range.length)};
+}
+
+Result<PrivateTensorView> Checkpoint::private_view(const TensorRef& tensor) const {
+  if (tensor.file >= impl_->files.size() || tensor.info == nullptr) {
+    return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
+  }
+  const ByteRange range = impl_->headers[tensor.file].file_range(*tensor.info);
+  auto mapped = impl_->private_bytes(tensor.file, range, "tensor " + quote_name(tensor.info->name));
+  if (!mapped) return fail(mapped.error());
+  return PrivateTensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, mapped->bytes,
+                           std::move(mapped->owner)};
 }
 
 Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> out) const {
