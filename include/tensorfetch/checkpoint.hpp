@@ -197,7 +197,7 @@ struct TensorView {
 /// (see `Checkpoint::private_view`), for callers that hand out writable tensors (as PyTorch's
 /// `UntypedStorage.from_file(..., shared=False)` does for safetensors). `bytes` may be written:
 /// a write copies the page it touches into the process's anonymous memory and never reaches the
-/// file, the cache blob, `view`s or other private views. Pages never written stay the page
+/// file, the cache blob, `view`s or other `Checkpoint`s. Pages never written stay the page
 /// cache's (no copy, no anonymous memory). `owner` keeps the mapping: `bytes` stay valid while a
 /// copy of it lives, also after the `Checkpoint` is destroyed; `name` and `shape` point into the
 /// `Checkpoint` and are valid until it is destroyed. Movable and copyable (copies share the
@@ -293,13 +293,16 @@ class TENSORFETCH_API Checkpoint {
   /// committed to the cache are ever handed out.
   [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
 
-  /// A writable, zero-copy view of a whole tensor: a new private copy-on-write mapping of the
-  /// pages that hold it (see `PrivateTensorView`), so that writes through it change neither the
-  /// file nor the cache nor any other view; each call maps anew, so two private views of one
-  /// tensor do not see each other's writes. Served under the same rules as `view` (remote:
-  /// `NotFetched` unless its bytes are committed in the cache). Each live private view is one
-  /// memory area of the process (Linux: `vm.max_map_count`, 65530 by default); past that, `Io`.
-  /// Thread-safe like `view`.
+  /// A writable, zero-copy view of a whole tensor in a private copy-on-write mapping (see
+  /// `PrivateTensorView`): writes through it change neither the file nor the cache nor `view`s.
+  /// Private views of one `Checkpoint` share one mapping per file, as safetensors' torch tensors
+  /// of one file share one storage: a write is seen by later private views of the same tensor.
+  /// Except for a remote tensor whose first or last page also holds bytes not yet in the cache:
+  /// it gets a mapping of its own (seen by no other view), so that a page copied on write never
+  /// keeps a neighbour's bytes from before they were fetched. Served under the same rules as
+  /// `view` (remote: `NotFetched` unless its bytes are committed in the cache). Each mapping of
+  /// its own is one memory area of the process (Linux: `vm.max_map_count`, 65530 by default);
+  /// past that, `Io`. Thread-safe like `view`.
   [[nodiscard]] Result<PrivateTensorView> private_view(const TensorRef& tensor) const;
 
   /// Copies the bytes of one selection (a whole tensor, or the byte ranges of its slice,

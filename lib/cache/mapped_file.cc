@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -84,6 +85,33 @@ Result<PrivateBytes> map_private(int fd, ByteRange range, const std::string& pat
   std::shared_ptr<void> owner(p, [length](void* q) { ::munmap(q, length); });
   return PrivateBytes{std::span(static_cast<std::byte*>(p) + (range.offset - start), static_cast<std::size_t>(range.length)),
                       std::move(owner)};
+}
+
+ByteRange page_hull(ByteRange range, std::uint64_t size) {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t begin = range.offset & ~(page - 1);
+  const std::uint64_t end = std::min(size, (range.end() + page - 1) & ~(page - 1));
+  return ByteRange{begin, end > begin ? end - begin : 0};
+}
+
+Result<PrivateBytes> PrivateMaps::get(std::size_t file, int fd, std::uint64_t size, ByteRange range,
+                                      const std::string& path) {
+  if (range.length == 0) return PrivateBytes{};
+  if (range.end() > size) return fail(ErrorCode::Io, path + ": bytes " + std::to_string(range.offset) + "-" +
+                                                         std::to_string(range.end()) + " lie beyond the file");
+  MutexLock lock(mutex_);
+  if (maps_.size() <= file) maps_.resize(file + 1);
+  PrivateBytes& whole = maps_[file];
+  if (!whole.owner) {
+    auto mapped = map_private(fd, ByteRange{0, size}, path);
+    if (!mapped) return fail(mapped.error());
+    whole = std::move(*mapped);
+  }
+  if (range.end() > whole.bytes.size()) {
+    return fail(ErrorCode::Io, path + ": bytes " + std::to_string(range.offset) + "-" + std::to_string(range.end()) +
+                                   " lie beyond the file as first mapped (" + std::to_string(whole.bytes.size()) + " bytes)");
+  }
+  return PrivateBytes{whole.bytes.subspan(range.offset, range.length), whole.owner};
 }
 
 }  // namespace tensorfetch::detail

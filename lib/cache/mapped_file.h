@@ -8,8 +8,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/fs.h"
+#include "base/thread_annotations.h"
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/error.hpp"
 
@@ -75,5 +77,28 @@ struct PrivateBytes {
 /// the kernel refuses one, the `Io` error says so. Errors name `path` and the byte range. Any
 /// thread.
 [[nodiscard]] Result<PrivateBytes> map_private(int fd, ByteRange range, const std::string& path);
+
+/// `range` widened to whole pages, and cut at `size` (a file's end): the bytes that share a page
+/// with `range`. Pure.
+[[nodiscard]] ByteRange page_hull(ByteRange range, std::uint64_t size);
+
+/// One private copy-on-write mapping (see `map_private`) of each whole file of a checkpoint,
+/// made on first use and shared by every caller, as PyTorch's `from_file(shared=False)` storage
+/// is shared by safetensors' tensors of one file: a write through one range is seen by later
+/// callers of the same range. Only for bytes that never change (a local file; a cache blob's
+/// committed ranges): a page copied on write would keep whatever the file held then, so a range
+/// whose pages (`page_hull`) hold bytes that may still change must be mapped on its own.
+/// Thread-safe.
+class PrivateMaps {
+ public:
+  /// `range` of file number `file` (open as `fd`, `size` bytes) in that file's mapping, made now
+  /// if this is the first use; `path` names the file in errors.
+  [[nodiscard]] Result<PrivateBytes> get(std::size_t file, int fd, std::uint64_t size, ByteRange range,
+                                         const std::string& path) TF_EXCLUDES(mutex_);
+
+ private:
+  Mutex mutex_;
+  std::vector<PrivateBytes> maps_ TF_GUARDED_BY(mutex_);  // by file; empty: not made yet
+};
 
 }  // namespace tensorfetch::detail

@@ -95,6 +95,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME
   std::string confine_root;                      // local files must lie inside this directory
                                                  // (links followed only within it; "" = any)
+  mutable detail::PrivateMaps private_maps;      // private_view's shared mappings, per file
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();
@@ -104,8 +105,9 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                 const std::string& what) const;
 
-  /// A private copy-on-write mapping of `range` of file `file` (the local file, or the cache
-  /// blob), under the same check as `served_bytes` (`NotFetched` naming `what`).
+  /// `range` of file `file` (the local file, or the cache blob) in a private copy-on-write
+  /// mapping, under the same check as `served_bytes` (`NotFetched` naming `what`): the file's
+  /// shared one (`private_maps`) when every byte on its pages is final, else one of its own.
   [[nodiscard]] Result<detail::PrivateBytes> private_bytes(std::size_t file, ByteRange range,
                                                            const std::string& what) const;
 

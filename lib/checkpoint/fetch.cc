@@ -347,15 +347,22 @@ Result<detail::PrivateBytes> Checkpoint::Impl::private_bytes(std::size_t file, B
     if (range.end() > maps[file].size()) {
       return fail(ErrorCode::Io, files[file].path + ": " + what + " lies beyond the mapped file");
     }
-    return detail::map_private(maps[file].fd(), range, remote ? rfiles[file].local_path : local_path(file));
+    const std::string& path = remote ? rfiles[file].local_path : local_path(file);
+    return private_maps.get(file, maps[file].fd(), maps[file].size(), range, path);
   }
   std::shared_lock lock(blob_mutex);  // keeps the blob (and its descriptor) while it is mapped
   auto blob = blob_holding(file, std::span(&range, 1), what);
   if (!blob) return fail(blob.error());
-  if (!*blob) return detail::PrivateBytes{};
+  if (!*blob || range.length == 0) return detail::PrivateBytes{};
   if (range.end() > (*blob)->size()) {
     return fail(ErrorCode::Io, files[file].path + ": " + what + " lies beyond the cache blob");
   }
+  // The file's shared mapping only when every byte on the range's pages is committed (final):
+  // a page copied there by a write keeps the bytes it held, which must never be a neighbour's
+  // not yet fetched.
+  auto final_pages = (*blob)->holds(detail::page_hull(range, (*blob)->size()));
+  if (!final_pages) return fail(final_pages.error().with_context(files[file].path + ": " + what));
+  if (*final_pages) return private_maps.get(file, (*blob)->fd(), (*blob)->size(), range, (*blob)->data_path());
   return detail::map_private((*blob)->fd(), range, (*blob)->data_path());
 }
 

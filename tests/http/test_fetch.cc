@@ -1598,8 +1598,8 @@ const std::uint64_t kPage = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 
 }  // namespace
 
-TEST_CASE("views: a private view of a local file is writable copy-on-write; the file, view() and other views keep the "
-          "original bytes; it outlives the Checkpoint",
+TEST_CASE("views: a private view of a local file is writable copy-on-write; the file, view() and other Checkpoints keep "
+          "the original bytes; private views of one Checkpoint share the write; they outlive the Checkpoint",
           "[views][private]") {
   Fixture f;
   const fs::path path = f.root / kRepo / kFile;
@@ -1614,14 +1614,17 @@ TEST_CASE("views: a private view of a local file is writable copy-on-write; the 
     CHECK(std::vector<std::uint64_t>(a.shape.begin(), a.shape.end()) == std::vector<std::uint64_t>{kRows, kCols});
     CHECK(shows(a, source, r));
     scribble(a, 0xAB);
-    // Another private view of the same tensor is a mapping of its own: the original bytes.
+    // Another private view of the same tensor shares the file's private mapping (as safetensors'
+    // tensors share one torch storage): it sees the write.
     PrivateTensorView b = private_view_of(c, name);
-    CHECK(b.bytes.data() != a.bytes.data());
-    CHECK(shows(b, source, r));
-    // The shared view, and the neighbours that share the written pages, are unchanged.
+    CHECK(b.bytes.data() == a.bytes.data());
+    CHECK(std::all_of(b.bytes.begin(), b.bytes.end(), [](std::byte x) { return x == std::byte{0xAB}; }));
+    // The shared view, and the neighbours on the written pages (private or not), are unchanged.
     check_view(c, name, source);
     check_view(c, "layers.3.bias", source);
     check_view(c, "layers.4.bias", source);
+    CHECK(shows(private_view_of(c, "layers.3.bias"), source, c_range(f, "layers.3.bias")));
+    CHECK(shows(private_view_of(c, "layers.4.bias"), source, c_range(f, "layers.4.bias")));
     Checkpoint other = f.open(path.string());
     check_view(other, name, source);
     CHECK(shows(private_view_of(other, name), source, r));
@@ -1642,7 +1645,8 @@ TEST_CASE("views: a private view of a local file is writable copy-on-write; the 
 }
 
 TEST_CASE("views: a private view of a cache blob is writable copy-on-write; the blob and other readers keep the fetched "
-          "bytes; a neighbour fetched after a write into a shared page is served exactly",
+          "bytes; a tensor whose pages are not all in the cache is mapped on its own, so a neighbour fetched after a write "
+          "into a shared page is served exactly",
           "[views][private]") {
   Fixture f;
   const std::string& source = big_model();
@@ -1662,10 +1666,15 @@ TEST_CASE("views: a private view of a cache blob is writable copy-on-write; the 
   const std::string blob_before = read_file(data);
   PrivateTensorView a = private_view_of(c, a_name);
   CHECK(shows(a, source, ra));
-  // The write copies a's pages, including the first bytes of b, which is not in the cache yet.
+  // a's first and last pages hold bytes of its neighbours, not in the cache: a has a mapping of
+  // its own, so the write below (which copies a's last page, with the first bytes of b) is seen
+  // by no other view.
   scribble(a, 0x5A);
   CHECK(read_file(data) == blob_before);
   check_view(c, a_name, source);
+  PrivateTensorView a2 = private_view_of(c, a_name);
+  CHECK(a2.bytes.data() != a.bytes.data());
+  CHECK(shows(a2, source, ra));
 
   f.server->clear_log();
   REQUIRE(c.fetch(pick(c, {b_name}), small_chunks()));
@@ -1679,6 +1688,20 @@ TEST_CASE("views: a private view of a cache blob is writable copy-on-write; the 
   check_view(other, a_name, source);
   CHECK(shows(private_view_of(other, a_name), source, ra));
   CHECK(std::all_of(a.bytes.begin(), a.bytes.end(), [](std::byte x) { return x == std::byte{0x5A}; }));
+
+  // Once every byte on its pages is in the cache, a tensor's private views share the file's
+  // private mapping: a write is seen by the next private view, never by the blob or view().
+  REQUIRE(c.fetch(pick(c, {"layers.6.weight", "layers.7.bias", "layers.8.weight"}), small_chunks()));
+  PrivateTensorView s1 = private_view_of(c, a_name);
+  CHECK(shows(s1, source, ra));
+  scribble(s1, 0x33);
+  PrivateTensorView s2 = private_view_of(c, a_name);
+  CHECK(s2.bytes.data() == s1.bytes.data());
+  CHECK(std::all_of(s2.bytes.begin(), s2.bytes.end(), [](std::byte x) { return x == std::byte{0x33}; }));
+  CHECK(shows(private_view_of(c, b_name), source, rb));
+  check_view(c, a_name, source);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+  CHECK(shows(private_view_of(other, a_name), source, ra));
 }
 
 TEST_CASE("views: Checkpoint::read copies a whole tensor or a slice (local, and remote from the cache without a request); "

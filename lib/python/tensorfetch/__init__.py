@@ -12,8 +12,8 @@ fetching only the tensors (or slices of tensors) asked for into a crash-safe loc
 
 Tensors are zero-copy views of the memory-mapped file or cache blob: NumPy arrays are read-only
 and keep the open checkpoint alive; torch tensors are writable over a private copy-on-write
-mapping of their own (as safetensors' are: a write never reaches the file or the cache, nor any
-other tensor), which they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
+mapping (as safetensors' are: a write never reaches the file, the cache or another handle), which
+they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
 ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
 ``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``.
@@ -390,8 +390,9 @@ class safe_open:
 
     def get_tensor(self, name: str) -> Any:
         """The whole tensor, a zero-copy view of the file or the cache (fetched first if remote
-        and not yet cached): NumPy, read-only; torch, writable copy-on-write (each call maps its
-        own pages, so a write into one tensor is not seen by another). Raises ``TensorNotFoundError`` (a ``KeyError``) for an unknown name."""
+        and not yet cached): NumPy, read-only; torch, writable copy-on-write (a write is seen by a
+        later get_tensor of the same name from this handle, as in safetensors, unless the tensor
+        is remote with neighbours not yet cached; never by the file or the cache). Raises ``TensorNotFoundError`` (a ``KeyError``) for an unknown name."""
         t = self._handle().get_tensor(name, self._fw)
         return t if self._device is None else t.to(self._device)
 

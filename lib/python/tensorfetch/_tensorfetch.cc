@@ -6,8 +6,8 @@
 // - Zero-copy tensors: NumPy arrays (read-only) over the checkpoint's mapping of the file or
 //   cache blob, each holding a reference to the Python `Checkpoint` object, which owns the C++
 //   `Checkpoint` and so the mapping; torch tensors (through DLPack) over a private copy-on-write
-//   mapping of their own (Checkpoint::private_view), writable as safetensors' are, which they
-//   keep alive themselves.
+//   mapping (Checkpoint::private_view), writable as safetensors' are, which they keep alive
+//   themselves.
 // - Blocking work (open, fetch, download) runs on a worker thread while the calling thread, GIL
 //   released, waits in 50 ms steps; between them it checks for signals (Ctrl-C: the work is
 //   cancelled through a CancelToken, then KeyboardInterrupt is raised) and calls the Python
@@ -377,8 +377,9 @@ void dlpack_capsule_delete(PyObject* capsule) {
 
 // A torch tensor over `view`, a private copy-on-write mapping (torch has no read-only tensors:
 // as safetensors' torch storage, `UntypedStorage.from_file(..., shared=False)`, a write into it
-// stays in this process and reaches neither the file nor the cache nor other tensors). The
-// tensor keeps the mapping alive, not the checkpoint.
+// stays in this process and reaches neither the file nor the cache; see
+// Checkpoint::private_view for which tensors share a mapping). The tensor keeps the mapping
+// alive, not the checkpoint.
 py::object torch_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, tf::PrivateTensorView view) {
   const std::span<std::byte> bytes = view.bytes;
   const std::span<const std::uint64_t> shape = view.shape;
@@ -529,7 +530,7 @@ std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const
 
 // The zero-copy tensor `name` (fetched first when remote and not yet in the cache).
 // NumPy: a read-only array over the checkpoint's shared mapping, keeping `self` alive; torch: a
-// writable tensor over a private copy-on-write mapping of its own (see torch_view).
+// writable tensor over a private copy-on-write mapping (see torch_view).
 py::object get_tensor(const py::object& self, const std::string& name, int framework) {
   PyCheckpoint& h = self.cast<PyCheckpoint&>();
   const tf::TensorRef& ref = h.find(name);
