@@ -12,6 +12,15 @@
 
 namespace tensorfetch::detail {
 
+namespace {
+
+std::uint64_t page_size() {
+  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+}  // namespace
+
 Result<MappedFile> MappedFile::open(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail(sys_error(path, "cannot open", errno));
@@ -70,8 +79,7 @@ MappedFile::~MappedFile() {
 
 Result<PrivateBytes> map_private(int fd, ByteRange range, const std::string& path) {
   if (range.length == 0) return PrivateBytes{};
-  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  const std::uint64_t start = range.offset & ~(page - 1);  // mmap offsets are page-aligned
+  const std::uint64_t start = range.offset & ~(page_size() - 1);  // mmap offsets are page-aligned
   const auto length = static_cast<std::size_t>(range.end() - start);
   void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd,
                    static_cast<off_t>(start));
@@ -88,7 +96,7 @@ Result<PrivateBytes> map_private(int fd, ByteRange range, const std::string& pat
 }
 
 ByteRange page_hull(ByteRange range, std::uint64_t size) {
-  static const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t page = page_size();
   const std::uint64_t begin = range.offset & ~(page - 1);
   const std::uint64_t end = std::min(size, (range.end() + page - 1) & ~(page - 1));
   return ByteRange{begin, end > begin ? end - begin : 0};
