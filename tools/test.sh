@@ -60,8 +60,9 @@ if wheel_check; then passed=$((passed + 1)); else echo "--- python wheel FAILED"
 #    compiles about 7 times faster than -O2 under the sanitizers, and the tests stay fast (timed
 #    checks loosen themselves under ASan). GCC 12's -Wmaybe-uninitialized gives false reports
 #    under -fsanitize (e.g. inside <regex>); that warning stays an error in build 1, which
-#    compiles the same code without sanitizers.
-build build-asan --werror --buildtype=debug -Dbench=false -Db_sanitize=address,undefined \
+#    compiles the same code without sanitizers. The Python package is built too, and its pytest
+#    suite runs with the sanitizer runtimes preloaded into the interpreter (tests/python/meson.build).
+build build-asan --werror --buildtype=debug -Dbench=false -Dpython=enabled -Db_sanitize=address,undefined \
   "-Dcpp_args=['-fno-sanitize-recover=all','-Wno-maybe-uninitialized']" \
   -Dcpp_link_args=-fno-sanitize-recover=all &&
   run_suite "asan+ubsan" build-asan --timeout-multiplier 4

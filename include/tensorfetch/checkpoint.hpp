@@ -181,6 +181,23 @@ struct TensorView {
   std::span<const std::byte> bytes;      ///< row-major data
 };
 
+/// Bytes of one tensor in a private copy-on-write mapping of the local file or of its cache blob
+/// (see `Checkpoint::private_view`), for callers that hand out writable tensors (as PyTorch's
+/// `UntypedStorage.from_file(..., shared=False)` does for safetensors). `bytes` may be written:
+/// a write copies the page it touches into the process's anonymous memory and never reaches the
+/// file, the cache blob, `view`s or other `Checkpoint`s. Pages never written stay the page
+/// cache's (no copy, no anonymous memory). `owner` keeps the mapping: `bytes` stay valid while a
+/// copy of it lives, also after the `Checkpoint` is destroyed; `name` and `shape` point into the
+/// `Checkpoint` and are valid until it is destroyed. Movable and copyable (copies share the
+/// mapping); writing it from several threads needs the caller's own synchronization.
+struct PrivateTensorView {
+  std::string_view name;                 ///< the tensor's name
+  DType dtype = DType::U8;               ///< element type
+  std::span<const std::uint64_t> shape;  ///< dimensions
+  std::span<std::byte> bytes;            ///< row-major data, writable (copy-on-write)
+  std::shared_ptr<void> owner;           ///< owns the mapping (null for an empty tensor)
+};
+
 /// What to select: a name or glob (fnmatch syntax, `*` also matches `.`), and optionally a
 /// slice applied to every tensor it matches.
 struct Selector {
@@ -284,6 +301,18 @@ class TENSORFETCH_API Checkpoint {
   /// been fetched (into the cache, by this or any process): else `NotFetched`. Only bytes
   /// committed to the cache are ever handed out.
   [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
+
+  /// A writable, zero-copy view of a whole tensor in a private copy-on-write mapping (see
+  /// `PrivateTensorView`): writes through it change neither the file nor the cache nor `view`s.
+  /// Private views of one `Checkpoint` share one mapping per file, as safetensors' torch tensors
+  /// of one file share one storage: a write is seen by later private views of the same tensor.
+  /// Except for a remote tensor whose first or last page also holds bytes not yet in the cache:
+  /// it gets a mapping of its own (seen by no other view), so that a page copied on write never
+  /// keeps a neighbour's bytes from before they were fetched. Served under the same rules as
+  /// `view` (remote: `NotFetched` unless its bytes are committed in the cache). Each mapping of
+  /// its own is one memory area of the process (Linux: `vm.max_map_count`, 65530 by default);
+  /// past that, `Io`. Thread-safe like `view`.
+  [[nodiscard]] Result<PrivateTensorView> private_view(const TensorRef& tensor) const;
 
   /// Copies the bytes of one selection (a whole tensor, or the byte ranges of its slice,
   /// concatenated in row-major order: the `plan.shape` tensor) into `out`, which must hold

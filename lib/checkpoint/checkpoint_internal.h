@@ -108,6 +108,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME
   std::string confine_root;                      // local files must lie inside this directory
                                                  // (links followed only within it; "" = any)
+  mutable detail::PrivateMaps private_maps;      // private_view's shared mappings, per file
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();
@@ -116,6 +117,18 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   /// every range of `needed` is present (`NotFetched` naming `what` otherwise).
   [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                 const std::string& what) const;
+
+  /// `range` of file `file` (the local file, or the cache blob) in a private copy-on-write
+  /// mapping, under the same check as `served_bytes` (`NotFetched` naming `what`): the file's
+  /// shared one (`private_maps`) when every byte on its pages is final, else one of its own.
+  [[nodiscard]] Result<detail::PrivateBytes> private_bytes(std::size_t file, ByteRange range,
+                                                           const std::string& what) const;
+
+  /// For remote files served from the cache, with `blob_mutex` held (shared) by the caller: the
+  /// blob holding every range of `needed` (null when the file has no blob and `needed` is empty),
+  /// else `NotFetched` naming `what` (or the error that kept the cache from being read).
+  [[nodiscard]] Result<detail::Blob*> blob_holding(std::size_t file, std::span<const ByteRange> needed,
+                                                   const std::string& what) const;
 
   /// The cache, opened on first use; with `create`, made if missing (a fetch), else `NotFound`
   /// when absent (inspecting writes nothing). Refusals (a symlinked or foreign root) are errors.

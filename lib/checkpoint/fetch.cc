@@ -308,12 +308,10 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
   return {};
 }
 
-Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
-                                                                 const std::string& what) const {
+Result<detail::Blob*> Checkpoint::Impl::blob_holding(std::size_t file, std::span<const ByteRange> needed,
+                                                     const std::string& what) const {
   const OpenFile& f = files[file];
-  if (!remote || !f.remote.local_path.empty()) return f.map.bytes();
-  std::shared_lock lock(blob_mutex);
-  const auto& blob = f.remote.blob;
+  detail::Blob* blob = f.remote.blob.get();
   // The cache could not be read when the blob was looked for: that error, not "not fetched".
   if (!blob && f.remote.blob_error) return fail(f.remote.blob_error->with_context(f.info.path));
   for (const auto& r : needed) {
@@ -324,8 +322,43 @@ Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t fi
                                              std::to_string(r.end()) + ") is not in the cache; fetch it first");
     }
   }
-  if (!blob) return std::span<const std::byte>();
-  return blob->map();
+  return blob;
+}
+
+Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
+                                                                 const std::string& what) const {
+  if (!remote || !files[file].remote.local_path.empty()) return files[file].map.bytes();
+  std::shared_lock lock(blob_mutex);
+  auto blob = blob_holding(file, needed, what);
+  if (!blob) return fail(blob.error());
+  if (!*blob) return std::span<const std::byte>();
+  return (*blob)->map();
+}
+
+Result<detail::PrivateBytes> Checkpoint::Impl::private_bytes(std::size_t file, ByteRange range,
+                                                             const std::string& what) const {
+  const OpenFile& f = files[file];
+  if (!remote || !f.remote.local_path.empty()) {
+    if (range.end() > f.map.size()) {
+      return fail(ErrorCode::Io, f.info.path + ": " + what + " lies beyond the mapped file");
+    }
+    const std::string path = remote ? f.remote.local_path : local_path(file);
+    return private_maps.get(file, f.map.fd(), f.map.size(), range, path);
+  }
+  std::shared_lock lock(blob_mutex);  // keeps the blob (and its descriptor) while it is mapped
+  auto blob = blob_holding(file, std::span(&range, 1), what);
+  if (!blob) return fail(blob.error());
+  if (!*blob || range.length == 0) return detail::PrivateBytes{};
+  if (range.end() > (*blob)->size()) {
+    return fail(ErrorCode::Io, f.info.path + ": " + what + " lies beyond the cache blob");
+  }
+  // The file's shared mapping only when every byte on the range's pages is committed (final):
+  // a page copied there by a write keeps the bytes it held, which must never be a neighbour's
+  // not yet fetched.
+  auto final_pages = (*blob)->holds(detail::page_hull(range, (*blob)->size()));
+  if (!final_pages) return fail(final_pages.error().with_context(f.info.path + ": " + what));
+  if (*final_pages) return private_maps.get(file, (*blob)->fd(), (*blob)->size(), range, (*blob)->data_path());
+  return detail::map_private((*blob)->fd(), range, (*blob)->data_path());
 }
 
 Result<std::size_t> Checkpoint::publish_to_hf_cache() const {
@@ -388,6 +421,17 @@ Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
                                    " lies beyond the mapped file");
   }
   return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, bytes->subspan(range.offset, range.length)};
+}
+
+Result<PrivateTensorView> Checkpoint::private_view(const TensorRef& tensor) const {
+  if (tensor.file >= impl_->files.size() || tensor.info == nullptr) {
+    return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
+  }
+  const ByteRange range = impl_->headers[tensor.file].file_range(*tensor.info);
+  auto mapped = impl_->private_bytes(tensor.file, range, "tensor " + quote_name(tensor.info->name));
+  if (!mapped) return fail(mapped.error());
+  return PrivateTensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, mapped->bytes,
+                           std::move(mapped->owner)};
 }
 
 Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> out) const {

@@ -1651,3 +1651,224 @@ TEST_CASE("fetch: a cache blob that cannot be read is reported by view as that e
   CHECK(v.error().code == ErrorCode::Io);
   CHECK_THAT(v.error().message, Catch::Contains(meta.string()) && Catch::Contains(kFile));
 }
+
+// ======================================================================== private views and read
+
+namespace {
+
+// A private (copy-on-write) view of the tensor `name`; fails the test when there is none.
+PrivateTensorView private_view_of(const Checkpoint& c, const std::string& name) {
+  const TensorRef* ref = c.find(name);
+  REQUIRE(ref != nullptr);
+  auto v = c.private_view(*ref);
+  INFO(name << ": " << (v ? std::string() : v.error().message));
+  REQUIRE(v);
+  CHECK(v->name == name);
+  return std::move(*v);
+}
+
+// The bytes `v` shows equal the source file's bytes of range `r`.
+bool shows(const PrivateTensorView& v, const std::string& source, ByteRange r) {
+  return v.bytes.size() == r.length && std::memcmp(v.bytes.data(), source.data() + r.offset, r.length) == 0;
+}
+
+// Writes `fill` over every byte of `v`; the view reads it back.
+void scribble(const PrivateTensorView& v, unsigned char fill) {
+  std::memset(v.bytes.data(), fill, v.bytes.size());
+  CHECK(std::all_of(v.bytes.begin(), v.bytes.end(), [&](std::byte b) { return b == std::byte{fill}; }));
+}
+
+// org/big's layers.N.weight (F32 [64, 512]) rows [r0, r1) x columns [c0, c1), row-major, as the
+// source file holds them (independent of the slice planner).
+std::string weight_block(const Fixture& f, int layer, std::uint64_t r0, std::uint64_t r1, std::uint64_t c0,
+                         std::uint64_t c1) {
+  const ByteRange base = c_range(f, "layers." + std::to_string(layer) + ".weight");
+  std::string out;
+  for (std::uint64_t r = r0; r < r1; ++r) out += big_model().substr(base.offset + (r * kCols + c0) * 4, (c1 - c0) * 4);
+  return out;
+}
+
+// Checkpoint::read of `sel` into a buffer of its exact size.
+Result<std::string> read_selection(const Checkpoint& c, const Selection& sel) {
+  std::string out(sel.plan.nbytes, '\0');
+  auto r = c.read(sel, std::as_writable_bytes(std::span(out.data(), out.size())));
+  if (!r) return fail(r.error());
+  return out;
+}
+
+const std::uint64_t kPage = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+
+}  // namespace
+
+TEST_CASE("views: a private view of a local file is writable copy-on-write; the file, view() and other Checkpoints keep "
+          "the original bytes; private views of one Checkpoint share the write; they outlive the Checkpoint",
+          "[views][private]") {
+  Fixture f;
+  const fs::path path = f.root / kRepo / kFile;
+  const std::string& source = big_model();
+  const std::string name = "layers.3.weight";
+  const ByteRange r = c_range(f, name);
+  std::optional<PrivateTensorView> kept;
+  {
+    Checkpoint c = f.open(path.string());
+    PrivateTensorView a = private_view_of(c, name);
+    CHECK(a.dtype == DType::F32);
+    CHECK(std::vector<std::uint64_t>(a.shape.begin(), a.shape.end()) == std::vector<std::uint64_t>{kRows, kCols});
+    CHECK(shows(a, source, r));
+    scribble(a, 0xAB);
+    // Another private view of the same tensor shares the file's private mapping (as safetensors'
+    // tensors share one torch storage): it sees the write.
+    PrivateTensorView b = private_view_of(c, name);
+    CHECK(b.bytes.data() == a.bytes.data());
+    CHECK(std::all_of(b.bytes.begin(), b.bytes.end(), [](std::byte x) { return x == std::byte{0xAB}; }));
+    // The shared view, and the neighbours on the written pages (private or not), are unchanged.
+    check_view(c, name, source);
+    check_view(c, "layers.3.bias", source);
+    check_view(c, "layers.4.bias", source);
+    CHECK(shows(private_view_of(c, "layers.3.bias"), source, c_range(f, "layers.3.bias")));
+    CHECK(shows(private_view_of(c, "layers.4.bias"), source, c_range(f, "layers.4.bias")));
+    Checkpoint other = f.open(path.string());
+    check_view(other, name, source);
+    CHECK(shows(private_view_of(other, name), source, r));
+    kept = a;  // a copy shares the mapping
+  }
+  // The bytes stay valid (and keep the write) after the Checkpoint is gone; the file never changed.
+  REQUIRE(kept);
+  CHECK(std::all_of(kept->bytes.begin(), kept->bytes.end(), [](std::byte b) { return b == std::byte{0xAB}; }));
+  CHECK(read_file(path) == source);
+  // An empty tensor has an empty view and no mapping.
+  const fs::path empty_file = f.tmp / "empty.safetensors";
+  const std::string header = R"({"e":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]}})";
+  write_file(empty_file, le64(header.size()) + header);
+  Checkpoint e = f.open(empty_file.string());
+  PrivateTensorView ev = private_view_of(e, "e");
+  CHECK(ev.bytes.empty());
+  CHECK(ev.owner == nullptr);
+}
+
+TEST_CASE("views: a private view of a cache blob is writable copy-on-write; the blob and other readers keep the fetched "
+          "bytes; a tensor whose pages are not all in the cache is mapped on its own, so a neighbour fetched after a write "
+          "into a shared page is served exactly",
+          "[views][private]") {
+  Fixture f;
+  const std::string& source = big_model();
+  Checkpoint c = f.open();
+  const std::string a_name = "layers.7.weight", b_name = "layers.8.bias";
+  const ByteRange ra = c_range(f, a_name), rb = c_range(f, b_name);
+  REQUIRE(ra.end() == rb.offset);
+  REQUIRE((ra.end() - 1) / kPage == rb.offset / kPage);  // b starts on a's last page
+  // Only bytes committed to the cache are handed out.
+  auto early = c.private_view(*c.find(a_name));
+  REQUIRE_FALSE(early);
+  CHECK(early.error().code == ErrorCode::NotFetched);
+  CHECK_THAT(early.error().message, Catch::Contains(a_name) && Catch::Contains("not in the cache"));
+
+  REQUIRE(c.fetch(pick(c, {a_name}), small_chunks()));
+  const fs::path data = f.cache / "blobs" / f.blob_id / "data";
+  const std::string blob_before = read_file(data);
+  PrivateTensorView a = private_view_of(c, a_name);
+  CHECK(shows(a, source, ra));
+  // a's first and last pages hold bytes of its neighbours, not in the cache: a has a mapping of
+  // its own, so the write below (which copies a's last page, with the first bytes of b) is seen
+  // by no other view.
+  scribble(a, 0x5A);
+  CHECK(read_file(data) == blob_before);
+  check_view(c, a_name, source);
+  PrivateTensorView a2 = private_view_of(c, a_name);
+  CHECK(a2.bytes.data() != a.bytes.data());
+  CHECK(shows(a2, source, ra));
+
+  f.server->clear_log();
+  REQUIRE(c.fetch(pick(c, {b_name}), small_chunks()));
+  CHECK_FALSE(data_requests(f.server->log()).empty());
+  // b is served from the cache's bytes, not from a's copied page.
+  CHECK(shows(private_view_of(c, b_name), source, rb));
+  check_view(c, b_name, source);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+  // A new Checkpoint (another reader of the cache) sees the fetched bytes; `a` keeps its write.
+  Checkpoint other = f.open();
+  check_view(other, a_name, source);
+  CHECK(shows(private_view_of(other, a_name), source, ra));
+  CHECK(std::all_of(a.bytes.begin(), a.bytes.end(), [](std::byte x) { return x == std::byte{0x5A}; }));
+
+  // Once every byte on its pages is in the cache, a tensor's private views share the file's
+  // private mapping: a write is seen by the next private view, never by the blob or view().
+  REQUIRE(c.fetch(pick(c, {"layers.6.weight", "layers.7.bias", "layers.8.weight"}), small_chunks()));
+  PrivateTensorView s1 = private_view_of(c, a_name);
+  CHECK(shows(s1, source, ra));
+  scribble(s1, 0x33);
+  PrivateTensorView s2 = private_view_of(c, a_name);
+  CHECK(s2.bytes.data() == s1.bytes.data());
+  CHECK(std::all_of(s2.bytes.begin(), s2.bytes.end(), [](std::byte x) { return x == std::byte{0x33}; }));
+  CHECK(shows(private_view_of(c, b_name), source, rb));
+  check_view(c, a_name, source);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+  CHECK(shows(private_view_of(other, a_name), source, ra));
+}
+
+TEST_CASE("views: Checkpoint::read copies a whole tensor or a slice (local, and remote from the cache without a request); "
+          "a buffer of the wrong size is InvalidArgument; remote bytes not fetched are NotFetched",
+          "[views][read]") {
+  Fixture f;
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"layers.2.weight", weight_block(f, 2, 0, kRows, 0, kCols)},
+      {"layers.2.weight[10:12, 128:256]", weight_block(f, 2, 10, 12, 128, 256)},
+      {"layers.2.weight[5]", weight_block(f, 2, 5, 6, 0, kCols)},
+      {"layers.2.bias[100:104]", big_model().substr(c_range(f, "layers.2.bias").offset + 400, 16)},
+  };
+  Checkpoint local = f.open((f.root / kRepo / kFile).string());
+  Checkpoint remote = f.open();
+  for (const auto& k : cases) {
+    INFO(k.text);
+    const Selection l = pick(local, {k.text}).at(0);
+    REQUIRE(l.plan.nbytes == k.expected.size());
+    auto got = read_selection(local, l);
+    INFO((got ? std::string() : got.error().message));
+    REQUIRE(got);
+    CHECK(*got == k.expected);
+  }
+  // Remote: nothing is read before it is in the cache; a fetched slice is read without its tensor.
+  const Selection slice = pick(remote, {cases[1].text}).at(0);
+  const Selection whole = pick(remote, {cases[0].text}).at(0);
+  auto missing = read_selection(remote, slice);
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().code == ErrorCode::NotFetched);
+  REQUIRE(remote.fetch(std::vector<Selection>{slice}, small_chunks()));
+  f.server->clear_log();
+  auto got = read_selection(remote, slice);
+  INFO((got ? std::string() : got.error().message));
+  REQUIRE(got);
+  CHECK(*got == cases[1].expected);
+  auto not_whole = read_selection(remote, whole);
+  REQUIRE_FALSE(not_whole);
+  CHECK(not_whole.error().code == ErrorCode::NotFetched);
+  REQUIRE(remote.fetch(pick(remote, {cases[0].text, cases[3].text}), small_chunks()));
+  f.server->clear_log();
+  for (const auto& k : cases) {
+    INFO(k.text);
+    auto r = read_selection(remote, pick(remote, {k.text}).at(0));
+    INFO((r ? std::string() : r.error().message));
+    REQUIRE(r);
+    CHECK(*r == k.expected);
+  }
+  CHECK(f.server->log().empty());  // read never sends a request
+  // A buffer one byte too small or too large, or empty, is refused naming the tensor and sizes.
+  for (const Checkpoint* c : {&local, &remote}) {
+    const Selection s = pick(*c, {cases[1].text}).at(0);
+    for (const std::size_t size : {s.plan.nbytes - 1, s.plan.nbytes + 1, std::size_t{0}}) {
+      INFO("buffer of " << size << " bytes");
+      std::string buf(size, '\x7f');
+      auto r = c->read(s, std::as_writable_bytes(std::span(buf.data(), buf.size())));
+      REQUIRE_FALSE(r);
+      CHECK(r.error().code == ErrorCode::InvalidArgument);
+      CHECK_THAT(r.error().message, Catch::Contains("'layers.2.weight'") &&
+                                        Catch::Contains(std::to_string(s.plan.nbytes) + " bytes, the buffer " +
+                                                        std::to_string(size)));
+      CHECK(buf == std::string(size, '\x7f'));  // nothing written
+    }
+  }
+}

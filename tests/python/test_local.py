@@ -101,8 +101,45 @@ def test_tensors_are_zero_copy_read_only_views_that_outlive_the_handle(reference
         t = f.get_tensor("big_f32")
         with tensorfetch.safe_open(path, framework="np") as g:
             assert np.array_equal(t.numpy(), g.get_tensor("big_f32"))
-        assert t.data_ptr() == f.get_tensor("big_f32").data_ptr()
+    del f
     assert torch.isfinite(t).all()
+
+
+def test_torch_tensors_are_writable_copy_on_write_and_the_file_never_changes(reference, tmp_path):
+    """As safetensors' torch storage (UntypedStorage.from_file(shared=False), MAP_PRIVATE):
+    writes work and never reach the file; tensors of one handle share one private mapping per
+    file, so a second get_tensor of the same name sees the write (as in safetensors), while other
+    handles and NumPy views do not."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "model.safetensors"
+    path.write_bytes((reference / "dtypes/model.safetensors").read_bytes())
+    before = sha256(path.read_bytes())
+    with tensorfetch.safe_open(path, framework="pt") as f:
+        t = f.get_tensor("big_f32")
+        original = t.clone()
+        t.add_(1.0)
+        t[0, 0] = -5.0
+        assert t[0, 0].item() == -5.0 and torch.equal(t[1:], original[1:] + 1.0)
+        again = f.get_tensor("big_f32")
+        assert torch.equal(again, t) and again.data_ptr() == t.data_ptr()
+        again[0, 1] = -7.0
+        assert t[0, 1].item() == -7.0
+        for name in ("f32", "scalar", "bf16"):  # the neighbours on the written pages
+            with tensorfetch.safe_open(reference / "dtypes/model.safetensors", framework="pt") as ref:
+                assert torch.equal(f.get_tensor(name), ref.get_tensor(name)), name
+        with tensorfetch.safe_open(path, framework="pt") as g:
+            assert torch.equal(g.get_tensor("big_f32"), original)  # another handle
+        with tensorfetch.safe_open(path, framework="np") as g:
+            assert np.array_equal(g.get_tensor("big_f32"), original.numpy())  # NumPy views
+    del f
+    assert t[0, 0].item() == -5.0  # the tensor keeps its mapping (and its writes) after close
+    assert sha256(path.read_bytes()) == before
+    with tensorfetch.safe_open(path, framework="pt") as f:
+        assert torch.equal(f.get_tensor("big_f32"), original)
+    # load() gives the same writable tensors: a state dict may be modified in place.
+    sd = tensorfetch.load(path, names=["big_f32", "f32"], framework="pt")
+    sd["big_f32"].mul_(0)
+    assert sha256(path.read_bytes()) == before
 
 
 SLICES = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,9 +39,9 @@ def test_remote_get_tensor_fetches_only_that_tensors_bytes(hub, remote, manifest
         assert [r for r in log if r["kind"] != "cdn"] == []  # resolved once, on open
         entry = manifest[f"llama-tiny-sharded/{tensor_range(info, name)[0]}"]["tensors"][name]
         assert sha256(t.view(__import__("torch").int16).numpy().tobytes()) == entry["sha256"]
-        # Cached now: the same tensor again costs no request and is the same memory.
+        # Cached now: the same tensor again costs no request (a copy-on-write mapping of its own).
         hub.clear()
-        assert f.get_tensor(name).data_ptr() == t.data_ptr()
+        assert __import__("torch").equal(f.get_tensor(name), t)
         assert hub.log() == []
 
 
@@ -192,3 +193,29 @@ def test_the_gil_is_released_during_a_fetch(hub, remote):
             time.sleep(0.001)
         th.join()
         assert done.is_set() and time.monotonic() - start >= 0.35 and ticks > 50
+
+
+def test_writing_into_a_remote_torch_tensor_changes_neither_the_cache_nor_other_readers(hub, remote, reference):
+    torch = pytest.importorskip("torch")
+    name = "model.layers.2.mlp.up_proj.weight"
+    with tensorfetch.safe_open("hf://org/sharded", framework="pt", **remote) as f:
+        t = f.get_tensor(name)
+        original = t.clone()
+        t.fill_(3.0)  # a write into a copy-on-write mapping of the cache blob
+        assert (t == 3.0).all()
+        # Its neighbours are not in the cache: the tensor has a mapping of its own (one shared by
+        # the handle could keep a neighbour's bytes from before their fetch), so a second
+        # get_tensor does not see the write.
+        assert torch.equal(f.get_tensor(name), original)
+        with tensorfetch.safe_open("hf://org/sharded", framework="pt", **remote) as g:
+            assert torch.equal(g.get_tensor(name), original)  # another reader of the cache
+        commit = f.commit
+    blobs = [p for p in (Path(remote["cache_dir"]) / "blobs").glob("*/data")]
+    assert blobs, "the tensor is in the cache"
+    hub.clear()
+    with tensorfetch.safe_open(f"hf://org/sharded@{commit}", framework="pt", **{**remote, "offline": True}) as f:
+        assert torch.equal(f.get_tensor(name), original)  # the cache holds the fetched bytes
+    assert hub.log() == []
+    with tensorfetch.safe_open(reference / "llama-tiny-sharded", framework="pt") as local:
+        assert torch.equal(local.get_tensor(name), original)
+    assert (t == 3.0).all()  # and the written tensor keeps its write

@@ -10,9 +10,10 @@ fetching only the tensors (or slices of tensors) asked for into a crash-safe loc
         w = f.get_tensor("model.layers.0.mlp.up_proj.weight")   # zero copy, from the cache
         rows = f.get_slice("lm_head.weight")[:128]    # fetches only those rows
 
-Tensors are views of the memory-mapped file or cache blob (NumPy arrays are read-only; torch
-tensors share the same read-only pages, so copy one before writing into it), kept alive by a
-reference to the open checkpoint. Locations and options are the CLI's (``tensorfetch --help``):
+Tensors are zero-copy views of the memory-mapped file or cache blob: NumPy arrays are read-only
+and keep the open checkpoint alive; torch tensors are writable over a private copy-on-write
+mapping (as safetensors' are: a write never reaches the file, the cache or another handle), which
+they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
 ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
 ``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``.
@@ -389,7 +390,9 @@ class safe_open:
 
     def get_tensor(self, name: str) -> Any:
         """The whole tensor, a zero-copy view of the file or the cache (fetched first if remote
-        and not yet cached). Raises ``TensorNotFoundError`` (a ``KeyError``) for an unknown name."""
+        and not yet cached): NumPy, read-only; torch, writable copy-on-write (a write is seen by a
+        later get_tensor of the same name from this handle, as in safetensors, unless the tensor
+        is remote with neighbours not yet cached; never by the file or the cache). Raises ``TensorNotFoundError`` (a ``KeyError``) for an unknown name."""
         t = self._handle().get_tensor(name, self._fw)
         return t if self._device is None else t.to(self._device)
 

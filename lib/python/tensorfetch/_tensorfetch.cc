@@ -3,9 +3,11 @@
 // (lib/python/tensorfetch/__init__.py holds the user-facing API: safe_open, load, inspect...).
 //
 // Thin, over the public C++ API only. What it adds:
-// - Zero-copy tensors: NumPy arrays (read-only) and torch tensors (through DLPack) over the
-//   checkpoint's mapping of the file or cache blob, each holding a reference to the Python
-//   `Checkpoint` object, which owns the C++ `Checkpoint` and so the mapping.
+// - Zero-copy tensors: NumPy arrays (read-only) over the checkpoint's mapping of the file or
+//   cache blob, each holding a reference to the Python `Checkpoint` object, which owns the C++
+//   `Checkpoint` and so the mapping; torch tensors (through DLPack) over a private copy-on-write
+//   mapping (Checkpoint::private_view), writable as safetensors' are, which they keep alive
+//   themselves.
 // - Blocking work (open, fetch, download) runs on a worker thread while the calling thread, GIL
 //   released, waits in 50 ms steps; between them it checks for signals (Ctrl-C: the work is
 //   cancelled through a CancelToken, then KeyboardInterrupt is raised) and calls the Python
@@ -120,16 +122,20 @@ struct ProgressSlot {
   }
 };
 
-py::dict progress_dict(const tf::FetchProgress& p) {
+// A dict of a plain struct's fields, each given as ("name", &Struct::member).
+template <class S, class... M>
+py::dict fields_dict(const S& s, const std::pair<const char*, M S::*>&... fields) {
   py::dict d;
-  d["bytes_done"] = p.bytes_done;
-  d["bytes_total"] = p.bytes_total;
-  d["bytes_cached"] = p.bytes_cached;
-  d["files_done"] = p.files_done;
-  d["files_total"] = p.files_total;
-  d["seconds"] = p.seconds;
-  d["waiting_seconds"] = p.waiting_seconds;
+  ((d[fields.first] = s.*fields.second), ...);
   return d;
+}
+
+py::dict progress_dict(const tf::FetchProgress& p) {
+  using P = tf::FetchProgress;
+  return fields_dict(p, std::pair{"bytes_done", &P::bytes_done}, std::pair{"bytes_total", &P::bytes_total},
+                     std::pair{"bytes_cached", &P::bytes_cached}, std::pair{"files_done", &P::files_done},
+                     std::pair{"files_total", &P::files_total}, std::pair{"seconds", &P::seconds},
+                     std::pair{"waiting_seconds", &P::waiting_seconds});
 }
 
 // Runs `work` (which must not touch Python) on a worker thread. Ctrl-C (a pending signal whose
@@ -349,24 +355,17 @@ py::object numpy_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, std:
   return a;
 }
 
-// What a DLPack capsule owns: the tensor description and a reference to the Python owner of the
-// bytes, released when torch frees the tensor (on any thread: the GIL is taken).
+// What a DLPack capsule owns: the tensor description and the private mapping of its bytes,
+// released (unmapped) when torch frees the tensor, on whatever thread that happens: no Python
+// object is involved, so no GIL is needed.
 struct DlpackOwner {
   DLManagedTensor managed{};
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;
-  PyObject* owner = nullptr;
+  std::shared_ptr<void> mapping;
 };
 
-void dlpack_delete(DLManagedTensor* m) {
-  auto* o = static_cast<DlpackOwner*>(m->manager_ctx);
-  if (o->owner && Py_IsInitialized()) {
-    PyGILState_STATE g = PyGILState_Ensure();
-    Py_DECREF(o->owner);
-    PyGILState_Release(g);
-  }
-  delete o;
-}
+void dlpack_delete(DLManagedTensor* m) { delete static_cast<DlpackOwner*>(m->manager_ctx); }
 
 void dlpack_capsule_delete(PyObject* capsule) {
   // A consumer renames the capsule "used_dltensor" once it owns the tensor.
@@ -376,11 +375,14 @@ void dlpack_capsule_delete(PyObject* capsule) {
   }
 }
 
-// A torch tensor over `bytes`, keeping `owner` alive. torch has no read-only tensors: writing
-// into this one writes into the read-only mapping, which the kernel refuses (SIGSEGV); copy it
-// first (`.clone()`).
-py::object torch_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, std::span<const std::byte> bytes,
-                      std::span<const std::uint64_t> shape, const py::object& owner) {
+// A torch tensor over `view`, a private copy-on-write mapping (torch has no read-only tensors:
+// as safetensors' torch storage, `UntypedStorage.from_file(..., shared=False)`, a write into it
+// stays in this process and reaches neither the file nor the cache; see
+// Checkpoint::private_view for which tensors share a mapping). The tensor keeps the mapping
+// alive, not the checkpoint.
+py::object torch_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, tf::PrivateTensorView view) {
+  const std::span<std::byte> bytes = view.bytes;
+  const std::span<const std::uint64_t> shape = view.shape;
   py::handle dtype = torch_dtype(ckpt, ref);
   const TorchType tt = torch_type(ref.info->dtype);
   auto* o = new DlpackOwner;
@@ -397,7 +399,7 @@ py::object torch_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, std:
   }
   static std::byte empty{};
   DLTensor& t = o->managed.dl_tensor;
-  t.data = bytes.empty() ? static_cast<void*>(&empty) : const_cast<std::byte*>(bytes.data());
+  t.data = bytes.empty() ? static_cast<void*>(&empty) : bytes.data();
   t.device = DLDevice{kDLCPU, 0};
   t.ndim = static_cast<std::int32_t>(o->shape.size());
   t.dtype = tt.dl;
@@ -406,7 +408,7 @@ py::object torch_view(const tf::Checkpoint& ckpt, const tf::TensorRef& ref, std:
   t.byte_offset = 0;
   o->managed.manager_ctx = o;
   o->managed.deleter = dlpack_delete;
-  o->owner = owner.inc_ref().ptr();
+  o->mapping = std::move(view.owner);
   PyObject* capsule = PyCapsule_New(&o->managed, "dltensor", dlpack_capsule_delete);
   if (!capsule) {
     dlpack_delete(&o->managed);
@@ -511,13 +513,10 @@ struct PyCheckpoint {
 };
 
 py::dict stats_dict(const tf::FetchStats& s) {
-  py::dict d;
-  d["bytes_transferred"] = s.bytes_transferred;
-  d["bytes_cached"] = s.bytes_cached;
-  d["requests"] = s.requests;
-  d["retries"] = s.retries;
-  d["chunks"] = s.chunks;
-  return d;
+  using S = tf::FetchStats;
+  return fields_dict(s, std::pair{"bytes_transferred", &S::bytes_transferred},
+                     std::pair{"bytes_cached", &S::bytes_cached}, std::pair{"requests", &S::requests},
+                     std::pair{"retries", &S::retries}, std::pair{"chunks", &S::chunks});
 }
 
 std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const py::dict& open,
@@ -530,18 +529,27 @@ std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const
 }
 
 // The zero-copy tensor `name` (fetched first when remote and not yet in the cache).
+// NumPy: a read-only array over the checkpoint's shared mapping, keeping `self` alive; torch: a
+// writable tensor over a private copy-on-write mapping (see torch_view).
 py::object get_tensor(const py::object& self, const std::string& name, int framework) {
   PyCheckpoint& h = self.cast<PyCheckpoint&>();
   const tf::TensorRef& ref = h.find(name);
-  auto v = h.ckpt.view(ref);
-  if (!v && v.error().code == tf::ErrorCode::NotFetched && h.ckpt.remote()) {
-    h.fetch({h.whole(ref)}, py::none());
-    v = h.ckpt.view(ref);
+  const bool numpy = static_cast<Framework>(framework) == Framework::NumPy;
+  if (!numpy) torch_dtype(h.ckpt, ref);  // an unsupported dtype fails before any byte moves
+  auto served = [&]<class View>(tf::Result<View> (tf::Checkpoint::*get)(const tf::TensorRef&) const) {
+    auto v = (h.ckpt.*get)(ref);
+    if (!v && v.error().code == tf::ErrorCode::NotFetched && h.ckpt.remote()) {
+      h.fetch({h.whole(ref)}, py::none());
+      v = (h.ckpt.*get)(ref);
+    }
+    if (!v) raise(v.error());
+    return std::move(*v);
+  };
+  if (numpy) {
+    const tf::TensorView v = served(&tf::Checkpoint::view);
+    return numpy_view(h.ckpt, ref, v.bytes, v.shape, self);
   }
-  if (!v) raise(v.error());
-  if (static_cast<Framework>(framework) == Framework::NumPy) return numpy_view(h.ckpt, ref, v->bytes, v->shape, self);
-  torch_module();
-  return torch_view(h.ckpt, ref, v->bytes, v->shape, self);
+  return torch_view(h.ckpt, ref, served(&tf::Checkpoint::private_view));
 }
 
 // A slice of `name` (a copy): `dims` are (is_index, index, start, stop) per leading dimension,
