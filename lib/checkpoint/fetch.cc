@@ -427,7 +427,7 @@ Result<PrivateTensorView> Checkpoint::private_view(const TensorRef& tensor) cons
   if (tensor.file >= impl_->files.size() || tensor.info == nullptr) {
     return fail(ErrorCode::InvalidArgument, "tensor reference does not belong to this checkpoint");
   }
-  const ByteRange range = impl_->headers[tensor.file].file_range(*tensor.info);
+  const ByteRange range = impl_->files[tensor.file].header.file_range(*tensor.info);
   auto mapped = impl_->private_bytes(tensor.file, range, "tensor " + quote_name(tensor.info->name));
   if (!mapped) return fail(mapped.error());
   return PrivateTensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, mapped->bytes,
