@@ -53,7 +53,7 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
-  command.add_option("--connections", options.connections, "Parallel HTTP transfers of tensor data (default 16)")
+  command.add_option("--connections", options.connections, "Parallel HTTP transfers of tensor data, one TCP connection each (default 32)")
       ->transform(plain_number(false))
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   command.add_option("--header-connections", options.header_connections,
