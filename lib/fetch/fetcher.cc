@@ -418,11 +418,9 @@ class Scheduler {
       for (auto& e : measured) {
         if (!victim || e.second.remaining > victim->second.remaining) victim = &e;
       }
-      if (!victim || victim->second.remaining < std::max(settings().min_split_seconds, 2 * wait)) return;
-      if (!straggler_.count(victim->first) && victim->second.rate * 3 >= typical &&
-          victim->second.remaining < std::max(settings().min_balance_seconds, 4 * wait)) {
-        return;
-      }
+      // Only a transfer that would still run long pays for the bytes already on their way past
+      // the cut (socket buffers: megabytes on a fast link, read for nothing).
+      if (!victim || victim->second.remaining < std::max(settings().min_split_seconds, 4 * wait)) return;
       auto st = client_.state(victim->first);
       const double p = static_cast<double>(st->next), e = static_cast<double>(st->end);
       const double rv = victim->second.rate, rn = std::max(typical, rv);

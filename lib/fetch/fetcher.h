@@ -51,13 +51,11 @@ struct FetchSettings {
   /// end): a crash loses at most this much per connection.
   std::uint64_t commit_piece = 8 << 20;
   /// Rebalancing: a transfer is split for an idle connection only when it would still run at
-  /// least this long, and never into pieces smaller than `min_split`.
-  double min_split_seconds = 0.2;
-  std::uint64_t min_split = 256 << 10;
-  /// A transfer that is not a straggler is split only when it would still run this long: the
-  /// bytes already on their way past the cut (socket buffers: megabytes on a fast link) are
+  /// least this long (and 4 first-byte waits), and never into pieces smaller than `min_split`.
+  /// The bytes already on their way past the cut (socket buffers: megabytes on a fast link) are
   /// read for nothing, which only a long remainder pays for.
-  double min_balance_seconds = 1.0;
+  double min_split_seconds = 1.0;
+  std::uint64_t min_split = 256 << 10;
   std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
   long commit_interval_ms = 500;          ///< ...or this long has passed
   std::function<bool(const FetchProgress&)> progress;     ///< false: cancel
