@@ -200,7 +200,7 @@ typedef struct tf_open_options {
   /** Cache root; NULL: `$TENSORFETCH_CACHE`, else `$XDG_CACHE_HOME/tensorfetch`, else
    *  `~/.cache/tensorfetch`. */
   const char* cache_dir;
-  /** Parallel transfers of tensor data; 0: 16. */
+  /** Parallel transfers of tensor data, each on a TCP connection of its own; 0: 32. */
   size_t connections;
   /** Access token; NULL: `$HF_TOKEN`, else `$HUGGING_FACE_HUB_TOKEN`, else the file
    *  `$HF_TOKEN_PATH` (default `$HF_HOME/token`); "": send none. Sent as
