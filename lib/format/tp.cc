@@ -301,7 +301,10 @@ Result<TpRules> parse_tp_rules(std::string_view json, std::string_view source) {
   }
   TpRules rules;
   rules.source = where;
-  for (auto [key, value] : obj) {
+  for (auto field : obj) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in a lambda.
+    const std::string_view key = field.key;
+    const simdjson::dom::element value = field.value;
     TpRule rule;
     rule.pattern = std::string(key);
     const auto bad = [&] {
