@@ -69,6 +69,9 @@ class CacheDir {
   [[nodiscard]] int blobs_fd() const noexcept { return blobs_.get(); }
   /// ROOT/snapshots (-1: absent).
   [[nodiscard]] int snapshots_fd() const noexcept { return snapshots_.get(); }
+  /// True when both subdirectories are open (what `open(..., create=true)` guarantees; an
+  /// open without `create` may find a cache another process is still making).
+  [[nodiscard]] bool complete() const noexcept { return blobs_fd() >= 0 && snapshots_fd() >= 0; }
   /// ROOT/blobs as a path, for messages.
   [[nodiscard]] std::string blobs_path() const { return path_ + "/blobs"; }
   /// ROOT/snapshots as a path, for messages.

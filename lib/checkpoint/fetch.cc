@@ -201,7 +201,9 @@ Result<void> place_text(const std::string& text, const std::string& target) {
 }  // namespace
 
 Result<std::shared_ptr<const detail::CacheDir>> Checkpoint::Impl::open_cache(bool create) {
-  if (cache && (!create || cache->blobs_fd() >= 0)) return cache;
+  // An earlier open without `create` may have found the cache half made by another process
+  // (blobs/ there, snapshots/ not yet): writing needs both, so open it again.
+  if (cache && (!create || cache->complete())) return cache;
   auto opened = detail::CacheDir::open(cache_root, cache_sharing, create);
   if (!opened) return fail(opened.error());
   cache = *opened;

@@ -1531,6 +1531,28 @@ TEST_CASE("fetch: two CLI processes fetching overlapping tensors into one cache 
   }
 }
 
+TEST_CASE("fetch: a cache another process is still making (blobs/ there, snapshots/ not yet) when the Checkpoint "
+          "opens: the fetch makes the rest and records its snapshot",
+          "[fetch][concurrency][cache]") {
+  // The race the two-process test above can hit: one process has made ROOT/blobs but not yet
+  // ROOT/snapshots when the other opens the cache to look for blobs; its later fetch must not
+  // write the snapshot manifest into a directory it never opened (EBADF).
+  Fixture f;
+  fs::create_directories(f.cache / "blobs");
+  fs::permissions(f.cache, fs::perms::owner_all, fs::perm_options::replace);
+  fs::permissions(f.cache / "blobs", fs::perms::owner_all, fs::perm_options::replace);
+  REQUIRE_FALSE(fs::exists(f.cache / "snapshots"));
+  Checkpoint c = f.open();
+  const auto sel = pick(c, kSelection);
+  auto s = c.fetch(sel, small_chunks());
+  INFO((s ? std::string() : s.error().message));
+  REQUIRE(s);
+  CHECK(s->bytes_transferred > 0);
+  CHECK(fs::is_directory(f.cache / "snapshots"));
+  CHECK_FALSE(fs::is_empty(f.cache / "snapshots"));
+  check_view(c, "layers.9.weight", big_model());
+}
+
 // ======================================================================== full disk
 
 TEST_CASE("fetch: a full disk fails fetch_all with Io naming the file and the full disk; only durable extents are recorded",
