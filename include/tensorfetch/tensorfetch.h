@@ -406,7 +406,7 @@ typedef struct tf_fetch_options {
   /** Largest single range transfer in bytes (chunks are about total / connections); 0: 64 MiB. */
   uint64_t chunk_size;
   /** Holes of at most this many bytes between wanted ranges are fetched too, saving a
-   *  request; 0: 1 MiB. */
+   *  request, within `coalesce_overfetch_percent`; 0: 1 MiB. */
   uint64_t coalesce_gap;
   /** Progress callback, or NULL. */
   tf_progress_fn progress;
@@ -418,6 +418,11 @@ typedef struct tf_fetch_options {
    *  sha256 (hash the bytes yourself if you need to). For streaming loaders and for
    *  download managers that store bytes themselves. */
   tf_sink_fn sink;
+  /** The holes coalescing fetches (see `coalesce_gap`) add up to at most this percentage of
+   *  the bytes to fetch, but may always add up to 64 KiB (or `coalesce_gap` if smaller):
+   *  the smallest holes are
+   *  joined first, the others stay separate transfers. 0: 1 (%). */
+  uint32_t coalesce_overfetch_percent;
 } tf_fetch_options;
 
 /**
@@ -478,7 +483,7 @@ typedef struct tf_plan tf_plan;
  * Plans what `tf_fetch(checkpoint, patterns, n, options, ...)` would transfer, without
  * transferring anything: the selected byte ranges minus what the cache holds (unless
  * `options->sink` is set: then every selected byte), holes of at most
- * `options->coalesce_gap` bytes coalesced, split into transfers of at most
+ * `options->coalesce_gap` bytes coalesced (within `options->coalesce_overfetch_percent`), split into transfers of at most
  * `options->chunk_size` bytes, in file and offset order (never overlapping). The
  * callbacks and `connections` of `options` are not used; `options` may be NULL (defaults).
  * Patterns as for `tf_fetch`. Empty for local checkpoints.

@@ -256,6 +256,9 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     if (TF_HOLDS(tf_fetch_options, in, progress)) callback = in->progress;
     if (TF_HOLDS(tf_fetch_options, in, user)) user = in->user;
     if (TF_HOLDS(tf_fetch_options, in, sink)) sink = in->sink;
+    if (TF_HOLDS(tf_fetch_options, in, coalesce_overfetch_percent) && in->coalesce_overfetch_percent != 0) {
+      out.coalesce_overfetch_percent = in->coalesce_overfetch_percent;
+    }
   }
   out.cancel = checkpoint->cancel;
   // The per-file array handed to the callback; reused from call to call (all calls are on the

@@ -16,7 +16,8 @@ mapping (as safetensors' are: a write never reaches the file, the cache or anoth
 they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
 ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
-``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``.
+``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``,
+``coalesce_overfetch_percent``.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
 _FETCH_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "chunk_size": ("int", 4096, 1 << 34),
     "coalesce_gap": ("int", 0, 1 << 34),
+    "coalesce_overfetch_percent": ("int", 0, 1000),
 }
 
 

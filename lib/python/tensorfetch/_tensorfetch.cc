@@ -95,6 +95,9 @@ tf::FetchOptions fetch_options(const py::dict& d) {
   if (d.contains("coalesce_gap") && !d["coalesce_gap"].is_none()) {
     o.coalesce_gap = d["coalesce_gap"].cast<std::uint64_t>();
   }
+  if (d.contains("coalesce_overfetch_percent") && !d["coalesce_overfetch_percent"].is_none()) {
+    o.coalesce_overfetch_percent = d["coalesce_overfetch_percent"].cast<std::uint32_t>();
+  }
   return o;
 }
 
