@@ -288,8 +288,9 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] Result<std::vector<Selection>> select(std::span<const Selector> selectors) const;
 
   /// What tensor parallelism reads from the model's `config.json` (see tensorfetch/tp.hpp): the
-  /// one `open` found (a Hub repo or URL's, a directory's), else, for a local file or index,
-  /// the one beside it; nothing when there is none. A `config.json` that is not a JSON object
+  /// one `open` found (a Hub repo's, a directory's), else, for a local file or index, the one
+  /// beside it, and for a plain http(s) URL the one beside it on the server (one request, made
+  /// by the first call and remembered; a 404 means none); nothing when there is none. A `config.json` that is not a JSON object
   /// with a `model_type` is `InvalidArgument`.
   [[nodiscard]] Result<std::optional<TpModel>> tp_model() const;
 

@@ -480,3 +480,55 @@ TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices
   const auto j = json::parse(js.out);
   for (std::size_t r = 0; r < kWorld; ++r) CHECK(j["tp"]["ranks"][r]["bytes"] == data_bytes(ranks[r]));
 }
+
+TEST_CASE("get --tp of a plain http URL reads the config.json beside it (one request); without one, the error asks "
+          "for --tp-rules",
+          "[cli][tp][remote]") {
+  TempDir root, hf_home, tmp;
+  make_llama(root / "org" / "llama");
+  fs::create_directories(root / "org" / "bare");
+  for (const auto& name : list_dir(root / "org" / "llama")) {
+    if (name != "config.json") fs::copy_file(root / "org" / "llama" / name, root / "org" / "bare" / name);
+  }
+  tftest::ScopedEnv env;
+  for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
+    env.set(v, std::nullopt);
+  }
+  env.set("HF_HOME", hf_home.path().string());
+  tensorfetch::testing::Options options;
+  options.root = root.path();
+  HubServer server(options);
+  server.start();
+  auto config_requests = [&] {
+    std::size_t n = 0;
+    for (const auto& rec : server.log()) n += rec.target.find("config.json") != std::string::npos ? 1 : 0;
+    return n;
+  };
+
+  const std::string url = server.endpoint() + "/org/llama/resolve/main/model.safetensors.index.json";
+  const auto out = tmp / "rank1.safetensors";
+  auto res = run({"get", url, "--tp", "1/2", "--cache-dir", (tmp / "cache").string(), "-q", "-o", out.string()});
+  INFO(res.err);
+  REQUIRE(res.exit_code == 0);
+  CHECK(config_requests() == 1);
+  const StFile f = read_safetensors(out);
+  CHECK_THAT(f.metadata->at("tp_rule"), Catch::Matchers::Contains("model_type=llama"));
+  CHECK(f.tensors.at("model.layers.0.self_attn.o_proj.weight").shape == std::vector<std::uint64_t>{128, 64});
+  // The same as from the directory.
+  const auto local = tmp / "local1.safetensors";
+  REQUIRE(run({"get", (root / "org" / "llama").string(), "--tp", "1/2", "-q", "-o", local.string()}).exit_code == 0);
+  CHECK(tftest::read_file(local) == tftest::read_file(out));
+
+  // inspect --tp of the single-file URL of a repo without config.json: one request for it (404),
+  // then the error naming --tp-rules; with a rules file, no config.json is needed.
+  server.clear_log();
+  const std::string bare = server.endpoint() + "/org/bare/resolve/main/model.safetensors.index.json";
+  auto ins = run({"inspect", bare, "--tp", "2", "--cache-dir", (tmp / "cache").string()});
+  CHECK(ins.exit_code == 1);
+  CHECK_THAT(ins.err, Catch::Matchers::Contains("--tp-rules"));
+  CHECK(config_requests() == 1);
+  write_file(tmp / "rules.json", R"({"*": "replicate"})");
+  auto ruled = run({"inspect", bare, "--tp", "2", "--tp-rules", (tmp / "rules.json").string(), "--cache-dir",
+                    (tmp / "cache").string()});
+  CHECK(ruled.exit_code == 0);
+}
