@@ -370,6 +370,24 @@ TEST_CASE("get --tp --expert-parallel: each rank holds whole experts of its own 
   CHECK(f.tensors.at("model.layers.0.block_sparse_moe.experts.3.w2.weight").shape == std::vector<std::uint64_t>{4, 4});
 }
 
+// The Hub-like server over `root`, for a user with a clean environment: no token, endpoint, CA
+// bundle, offline mode or Hugging Face cache from the developer's shell.
+struct Served {
+  TempDir hf_home;
+  tftest::ScopedEnv env;
+  std::unique_ptr<HubServer> server;
+  explicit Served(const fs::path& root) {
+    for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
+      env.set(v, std::nullopt);
+    }
+    env.set("HF_HOME", hf_home.path().string());
+    tensorfetch::testing::Options options;
+    options.root = root;
+    server = std::make_unique<HubServer>(options);
+    server->start();
+  }
+};
+
 // What moved of each file beyond its header, from the server's log of CDN range requests.
 struct Moved {
   std::map<std::string, Ranges> ranges;
@@ -397,18 +415,11 @@ Moved moved_data(const std::vector<tensorfetch::testing::RequestRecord>& log, co
 
 TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices and the replicated tensors",
           "[cli][tp][remote]") {
-  TempDir root, hf_home, tmp;
+  TempDir root, tmp;
   make_llama(root / "org" / "llama");
   const Source src = read_source(root / "org" / "llama");
-  tftest::ScopedEnv env;
-  for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
-    env.set(v, std::nullopt);
-  }
-  env.set("HF_HOME", hf_home.path().string());
-  tensorfetch::testing::Options options;
-  options.root = root.path();
-  HubServer server(options);
-  server.start();
+  Served served(root.path());
+  HubServer& server = *served.server;
 
   constexpr std::size_t kWorld = 4;
   std::vector<StFile> ranks;
@@ -484,21 +495,14 @@ TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices
 TEST_CASE("get --tp of a plain http URL reads the config.json beside it (one request); without one, the error asks "
           "for --tp-rules",
           "[cli][tp][remote]") {
-  TempDir root, hf_home, tmp;
+  TempDir root, tmp;
   make_llama(root / "org" / "llama");
   fs::create_directories(root / "org" / "bare");
   for (const auto& name : list_dir(root / "org" / "llama")) {
     if (name != "config.json") fs::copy_file(root / "org" / "llama" / name, root / "org" / "bare" / name);
   }
-  tftest::ScopedEnv env;
-  for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
-    env.set(v, std::nullopt);
-  }
-  env.set("HF_HOME", hf_home.path().string());
-  tensorfetch::testing::Options options;
-  options.root = root.path();
-  HubServer server(options);
-  server.start();
+  Served served(root.path());
+  HubServer& server = *served.server;
   auto config_requests = [&] {
     std::size_t n = 0;
     for (const auto& rec : server.log()) n += rec.target.find("config.json") != std::string::npos ? 1 : 0;

@@ -48,20 +48,11 @@ TpModel model(const std::string& key) {
   return *m;
 }
 
-// A hand-made TensorInfo with its own storage.
+// A BF16 tensor by name and shape (its header entry: tftest::make_tensor).
 struct Tensor {
   std::string name;
   Shape shape;
-  tf::TensorInfo info() const {
-    tf::TensorInfo t;
-    t.name = name;
-    t.dtype = tf::DType::BF16;
-    t.shape = shape;
-    std::uint64_t n = 2;
-    for (auto d : shape) n *= d;
-    t.end = n;
-    return t;
-  }
+  tf::TensorInfo info() const { return tftest::make_tensor(name, tf::DType::BF16, shape); }
 };
 
 // What a row expects: a slice [start:stop] of `dim`, the whole tensor, nothing, or an error.
