@@ -131,8 +131,14 @@ struct PlannedTransfer {
 /// How to fetch tensor bytes. A plain value.
 struct FetchOptions {
   /// Two wanted ranges of a file separated by a hole of at most this many bytes are fetched
-  /// as one request (H).
+  /// as one request (H), within `coalesce_overfetch_percent`.
   std::uint64_t coalesce_gap = 1 << 20;
+  /// The holes coalescing fetches add up to at most this percentage of the bytes to fetch (but
+  /// may always add up to 64 KiB, or `coalesce_gap` if smaller): the smallest holes are joined first, the others stay
+  /// separate requests. So a fetch of many small pieces with small holes between them (e.g. a
+  /// row-parallel slice: one range per row) moves at most 1% more than it needs, at the cost
+  /// of more requests; a fetch whose holes add up to little coalesces them all.
+  std::uint32_t coalesce_overfetch_percent = 1;
   /// Transfers are split into chunks of about (bytes to transfer) / connections, so that every
   /// connection works on a fetch large or small, but of at most this many bytes (C; and at
   /// least 512 KiB unless C is smaller). An idle connection also takes over the tail of a
@@ -282,8 +288,9 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] Result<std::vector<Selection>> select(std::span<const Selector> selectors) const;
 
   /// What tensor parallelism reads from the model's `config.json` (see tensorfetch/tp.hpp): the
-  /// one `open` found (a Hub repo or URL's, a directory's), else, for a local file or index,
-  /// the one beside it; nothing when there is none. A `config.json` that is not a JSON object
+  /// one `open` found (a Hub repo's, a directory's), else, for a local file or index, the one
+  /// beside it, and for a plain http(s) URL the one beside it on the server (one request, made
+  /// by the first call and remembered; a 404 means none); nothing when there is none. A `config.json` that is not a JSON object
   /// with a `model_type` is `InvalidArgument`.
   [[nodiscard]] Result<std::optional<TpModel>> tp_model() const;
 

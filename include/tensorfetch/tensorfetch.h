@@ -406,7 +406,7 @@ typedef struct tf_fetch_options {
   /** Largest single range transfer in bytes (chunks are about total / connections); 0: 64 MiB. */
   uint64_t chunk_size;
   /** Holes of at most this many bytes between wanted ranges are fetched too, saving a
-   *  request; 0: 1 MiB. */
+   *  request, within `coalesce_overfetch_percent`; 0: 1 MiB. */
   uint64_t coalesce_gap;
   /** Progress callback, or NULL. */
   tf_progress_fn progress;
@@ -418,6 +418,11 @@ typedef struct tf_fetch_options {
    *  sha256 (hash the bytes yourself if you need to). For streaming loaders and for
    *  download managers that store bytes themselves. */
   tf_sink_fn sink;
+  /** The holes coalescing fetches (see `coalesce_gap`) add up to at most this percentage of
+   *  the bytes to fetch, but may always add up to 64 KiB (or `coalesce_gap` if smaller):
+   *  the smallest holes are
+   *  joined first, the others stay separate transfers. 0: 1 (%). */
+  uint32_t coalesce_overfetch_percent;
 } tf_fetch_options;
 
 /**
@@ -478,7 +483,7 @@ typedef struct tf_plan tf_plan;
  * Plans what `tf_fetch(checkpoint, patterns, n, options, ...)` would transfer, without
  * transferring anything: the selected byte ranges minus what the cache holds (unless
  * `options->sink` is set: then every selected byte), holes of at most
- * `options->coalesce_gap` bytes coalesced, split into transfers of at most
+ * `options->coalesce_gap` bytes coalesced (within `options->coalesce_overfetch_percent`), split into transfers of at most
  * `options->chunk_size` bytes, in file and offset order (never overlapping). The
  * callbacks and `connections` of `options` are not used; `options` may be NULL (defaults).
  * Patterns as for `tf_fetch`. Empty for local checkpoints.
@@ -535,6 +540,78 @@ TF_API int tf_plan_send_token(const tf_plan* plan, size_t i) TF_NOEXCEPT;
 
 /** Releases a plan; NULL is ignored. No accessor may run on it meanwhile or follow. */
 TF_API void tf_plan_free(tf_plan* plan) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+/* Tensor parallelism: what one rank of a tensor-parallel group holds (`get --tp R/N`)       */
+
+/**
+ * The tensors (and slices) one rank of a tensor-parallel group holds. Opaque; created by
+ * `tf_select_for_rank`, owned by the caller and destroyed by `tf_tp_free`. It refers to its
+ * checkpoint's tensors: free it before `tf_close` of that checkpoint, and use it with that
+ * checkpoint only. Read-only once made: the accessors may be called from any thread.
+ */
+typedef struct tf_tp_selection tf_tp_selection;
+
+/**
+ * Selects what rank `rank` of `world` tensor-parallel ranks holds (0 <= rank < world <=
+ * 65536), as `tensorfetch get --tp RANK/WORLD` does: for every tensor, the slice the
+ * Megatron/vLLM convention for the model's `config.json` gives that rank (column-parallel
+ * weights split on dim 0, row-parallel on dim 1, norms replicated, GQA heads replicated when
+ * there are fewer KV heads than ranks, MoE experts split within each expert), with the rules
+ * deciding first. `rules_json` is the text of a rules file (a JSON object, glob ->
+ * `{"dim": D}` | `"replicate"` | `"expert"`), or NULL for none; `expert_parallel` non-zero
+ * deals out MoE experts whole instead. Tensors another rank holds whole are left out;
+ * replicated tensors are whole. Reads no tensor bytes.
+ *
+ * Errors: `TF_ERR_UNSPLITTABLE` naming the tensor when a layout (fused, unknown, no
+ * `config.json`, a dimension that does not divide) is not covered by the rules;
+ * `TF_ERR_INVALID_ARGUMENT` for a bad rank, world, rules text or `config.json`.
+ * On success stores a new selection in `*out` (NULL on failure). Any thread.
+ */
+TF_API tf_code tf_select_for_rank(const tf_checkpoint* checkpoint, size_t rank, size_t world,
+                                  const char* rules_json, int expert_parallel, tf_tp_selection** out,
+                                  tf_error** err) TF_NOEXCEPT;
+
+/** Number of tensors the rank holds (0 for NULL), in natural name order. Any thread. */
+TF_API size_t tf_tp_count(const tf_tp_selection* selection) TF_NOEXCEPT;
+
+/** Name of tensor `i` of the selection (owned by the checkpoint); NULL when out of range. */
+TF_API const char* tf_tp_name(const tf_tp_selection* selection, size_t i) TF_NOEXCEPT;
+
+/** The rank's shape of tensor `i` (the sliced shape), `*ndim` dimensions; owned by the
+ *  selection. NULL (and `*ndim` 0) when out of range. `ndim` may be NULL. */
+TF_API const uint64_t* tf_tp_shape(const tf_tp_selection* selection, size_t i, size_t* ndim) TF_NOEXCEPT;
+
+/** The rank's slice of tensor `i` as text (`"[0:128]"` on dim 0, `"[:, 256:512]"` on dim 1),
+ *  owned by the selection; NULL when the rank holds it whole (or `i` is out of range). */
+TF_API const char* tf_tp_slice(const tf_tp_selection* selection, size_t i) TF_NOEXCEPT;
+
+/** Bytes of the rank's part of tensor `i` (what `tf_tp_read` copies); 0 when out of range. */
+TF_API uint64_t tf_tp_nbytes(const tf_tp_selection* selection, size_t i) TF_NOEXCEPT;
+
+/** The convention and rules applied, e.g. "megatron/vllm model_type=llama
+ *  experts=tensor-parallel" (as `get --tp` records it in `tp_rule`); owned by the selection. */
+TF_API const char* tf_tp_rule(const tf_tp_selection* selection) TF_NOEXCEPT;
+
+/**
+ * Makes the rank's bytes present in the cache: only the byte ranges of its slices and the
+ * replicated tensors, planned and transferred as `tf_fetch` does (same options, stats,
+ * cancellation and thread-safety). A no-op for local checkpoints.
+ */
+TF_API tf_code tf_tp_fetch(tf_checkpoint* checkpoint, const tf_tp_selection* selection,
+                           const tf_fetch_options* options, tf_fetch_stats* stats, tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Copies the rank's part of tensor `i` (row-major, the `tf_tp_shape` tensor) into `out`,
+ * which must hold exactly `tf_tp_nbytes(selection, i)` bytes (`len`). Remote: its byte ranges
+ * must be in the cache (`tf_tp_fetch`), else `TF_ERR_NOT_FETCHED`. Any thread, also during a
+ * fetch.
+ */
+TF_API tf_code tf_tp_read(const tf_checkpoint* checkpoint, const tf_tp_selection* selection, size_t i,
+                          void* out, uint64_t len, tf_error** err) TF_NOEXCEPT;
+
+/** Releases a selection; NULL is ignored. No accessor may run on it meanwhile or follow. */
+TF_API void tf_tp_free(tf_tp_selection* selection) TF_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------- */
 

@@ -37,6 +37,15 @@ struct tf_plan {
   std::vector<tensorfetch::PlannedTransfer> transfers;
 };
 
+/// A tensor-parallel selection handed to C: owned by the caller until tf_tp_free. Refers to the
+/// tensors of `checkpoint`, which must outlive it.
+struct tf_tp_selection {
+  const tf_checkpoint* checkpoint = nullptr;
+  std::vector<tensorfetch::Selection> selection;
+  std::vector<std::optional<std::string>> slices;  // per tensor: its slice as text, or none
+  std::string rule;
+};
+
 /// A checkpoint handed to C: the C++ object, plus what serializes fetches and cancels them.
 struct tf_checkpoint {
   explicit tf_checkpoint(tensorfetch::Checkpoint c) : checkpoint(std::move(c)) {}
@@ -256,6 +265,9 @@ tf_code fetch_options(tf_checkpoint* checkpoint, const tf_fetch_options* in, ten
     if (TF_HOLDS(tf_fetch_options, in, progress)) callback = in->progress;
     if (TF_HOLDS(tf_fetch_options, in, user)) user = in->user;
     if (TF_HOLDS(tf_fetch_options, in, sink)) sink = in->sink;
+    if (TF_HOLDS(tf_fetch_options, in, coalesce_overfetch_percent) && in->coalesce_overfetch_percent != 0) {
+      out.coalesce_overfetch_percent = in->coalesce_overfetch_percent;
+    }
   }
   out.cancel = checkpoint->cancel;
   // The per-file array handed to the callback; reused from call to call (all calls are on the
@@ -330,6 +342,22 @@ tf_code select_patterns(const tf_checkpoint* checkpoint, const char* const* patt
 // Transfer `i` of a plan, or nullptr.
 const tensorfetch::PlannedTransfer* transfer_at(const tf_plan* plan, std::size_t i) noexcept {
   return plan != nullptr && i < plan->transfers.size() ? &plan->transfers[i] : nullptr;
+}
+
+// Tensor `i` of a tensor-parallel selection, or nullptr.
+const tensorfetch::Selection* tp_at(const tf_tp_selection* selection, std::size_t i) noexcept {
+  return selection != nullptr && i < selection->selection.size() ? &selection->selection[i] : nullptr;
+}
+
+// A selection given with a checkpoint must be that checkpoint's.
+tf_code check_tp(const tf_checkpoint* checkpoint, const tf_tp_selection* selection, const char* fn, tf_error** err) {
+  if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, std::string(fn) + ": checkpoint is NULL");
+  if (selection == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, std::string(fn) + ": selection is NULL");
+  if (selection->checkpoint != checkpoint) {
+    return store_error(err, TF_ERR_INVALID_ARGUMENT,
+                       std::string(fn) + ": the selection was made for another checkpoint (tf_select_for_rank)");
+  }
+  return TF_OK;
 }
 
 tf_code check_stats(const tf_fetch_stats* stats, tf_error** err) noexcept {
@@ -616,6 +644,94 @@ int tf_plan_send_token(const tf_plan* plan, size_t i) noexcept {
 }
 
 void tf_plan_free(tf_plan* plan) noexcept { delete plan; }
+
+tf_code tf_select_for_rank(const tf_checkpoint* checkpoint, size_t rank, size_t world, const char* rules_json,
+                           int expert_parallel, tf_tp_selection** out, tf_error** err) noexcept {
+  clear_error(err);
+  if (out == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_select_for_rank: out is NULL");
+  *out = nullptr;
+  if (checkpoint == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_select_for_rank: checkpoint is NULL");
+  return guarded(err, [&]() -> tf_code {
+    tensorfetch::TpRules rules;
+    if (rules_json != nullptr) {
+      auto parsed = tensorfetch::parse_tp_rules(rules_json, "rules_json");
+      if (!parsed) return store_error(err, parsed.error());
+      rules = std::move(*parsed);
+    }
+    rules.expert_parallel = expert_parallel != 0;
+    auto model = checkpoint->checkpoint.tp_model();
+    if (!model) return store_error(err, model.error());
+    auto selected = checkpoint->checkpoint.select_for_rank(rank, world, rules);
+    if (!selected) return store_error(err, selected.error());
+    auto sel = std::make_unique<tf_tp_selection>();
+    sel->checkpoint = checkpoint;
+    sel->selection = std::move(*selected);
+    for (const auto& s : sel->selection) {
+      sel->slices.push_back(s.slice ? std::optional<std::string>(tensorfetch::to_string(*s.slice)) : std::nullopt);
+    }
+    sel->rule = tensorfetch::describe_tp(*model, rules);
+    *out = sel.release();
+    return TF_OK;
+  });
+}
+
+size_t tf_tp_count(const tf_tp_selection* selection) noexcept {
+  return selection != nullptr ? selection->selection.size() : 0;
+}
+
+const char* tf_tp_name(const tf_tp_selection* selection, size_t i) noexcept {
+  const auto* s = tp_at(selection, i);
+  return s != nullptr ? s->ref.info->name.data() : nullptr;  // NUL-terminated, as tf_tensor_name
+}
+
+const uint64_t* tf_tp_shape(const tf_tp_selection* selection, size_t i, size_t* ndim) noexcept {
+  const auto* s = tp_at(selection, i);
+  if (ndim != nullptr) *ndim = s != nullptr ? s->plan.shape.size() : 0;
+  return s != nullptr ? s->plan.shape.data() : nullptr;
+}
+
+const char* tf_tp_slice(const tf_tp_selection* selection, size_t i) noexcept {
+  return tp_at(selection, i) != nullptr && selection->slices[i] ? selection->slices[i]->c_str() : nullptr;
+}
+
+uint64_t tf_tp_nbytes(const tf_tp_selection* selection, size_t i) noexcept {
+  const auto* s = tp_at(selection, i);
+  return s != nullptr ? s->plan.nbytes : 0;
+}
+
+const char* tf_tp_rule(const tf_tp_selection* selection) noexcept {
+  return selection != nullptr ? selection->rule.c_str() : "";
+}
+
+tf_code tf_tp_fetch(tf_checkpoint* checkpoint, const tf_tp_selection* selection, const tf_fetch_options* options,
+                    tf_fetch_stats* stats, tf_error** err) noexcept {
+  clear_error(err);
+  return guarded(err, [&]() -> tf_code {
+    if (tf_code c = check_tp(checkpoint, selection, "tf_tp_fetch", err); c != TF_OK) return c;
+    return run_fetch(checkpoint, options, stats, err, [&](const tensorfetch::FetchOptions& fo) {
+      if (selection->selection.empty()) return tensorfetch::Result<tensorfetch::FetchStats>(tensorfetch::FetchStats{});
+      return checkpoint->checkpoint.fetch(selection->selection, fo);
+    });
+  });
+}
+
+tf_code tf_tp_read(const tf_checkpoint* checkpoint, const tf_tp_selection* selection, size_t i, void* out,
+                   uint64_t len, tf_error** err) noexcept {
+  clear_error(err);
+  return guarded(err, [&]() -> tf_code {
+    if (tf_code c = check_tp(checkpoint, selection, "tf_tp_read", err); c != TF_OK) return c;
+    const auto* s = tp_at(selection, i);
+    if (s == nullptr) {
+      return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_tp_read: tensor " + std::to_string(i) + " is out of range (" +
+                                                           std::to_string(selection->selection.size()) + " tensors)");
+    }
+    if (out == nullptr && len != 0) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_tp_read: out is NULL");
+    auto r = checkpoint->checkpoint.read(*s, std::span<std::byte>(static_cast<std::byte*>(out), len));
+    return r ? TF_OK : store_error(err, r.error());
+  });
+}
+
+void tf_tp_free(tf_tp_selection* selection) noexcept { delete selection; }
 
 tf_code tf_fetch_all(tf_checkpoint* checkpoint, const tf_fetch_options* options, tf_fetch_stats* stats,
                      tf_error** err) noexcept {

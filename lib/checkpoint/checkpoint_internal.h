@@ -25,6 +25,11 @@ namespace tensorfetch {
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
                                        const OpenOptions& options);
 
+/// A plain http(s) URL's model config: the `config.json` beside the file or index the location
+/// names (one GET, asked once per checkpoint and remembered); nothing when the server has none
+/// (404, 410) or the checkpoint is offline. Other answers are errors naming the URL. In remote.cc.
+[[nodiscard]] Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl);
+
 /// Opens a local file, index or directory (a checkpoint location on disk); stops between files
 /// when `cancel` is cancelled. In checkpoint.cc.
 [[nodiscard]] Result<void> open_local(Checkpoint::Impl& impl, const std::string& location,
@@ -89,6 +94,9 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::optional<std::string> commit;             // X-Repo-Commit
   std::optional<std::string> config_json;        // config.json, when found
   std::uint64_t requests = 0;                    // HTTP requests sent by open
+  // A plain URL's config.json beside it (url_config_json), once asked: unset until then.
+  mutable std::mutex url_config_mutex;
+  mutable std::optional<std::optional<std::string>> url_config;  // guarded by url_config_mutex
   // Remote only:
   detail::HttpOptions http;                      // retries, timeouts, CA as open resolved them
   std::size_t connections = 16;                  // OpenOptions::connections (data transfers)

@@ -110,6 +110,7 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   settings.token = impl.token;
   settings.token_authority = impl.token_authority;
   settings.max_gap = options.coalesce_gap;
+  settings.overfetch_percent = options.coalesce_overfetch_percent;
   settings.max_chunk = options.chunk_size;
   settings.progress = options.progress;
   if (options.on_wait) settings.on_wait = [cb = options.on_wait](const detail::HttpWait& w) { cb(server_wait(w)); };

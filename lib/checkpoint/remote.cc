@@ -690,6 +690,30 @@ Result<void> use_hf_cache_copies(Checkpoint::Impl& impl, const std::string& hf_r
 
 }  // namespace
 
+Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl) {
+  if (!impl.remote || impl.hub || impl.offline) return std::optional<std::string>{};
+  std::lock_guard lock(impl.url_config_mutex);  // one request, also for concurrent callers
+  if (impl.url_config) return *impl.url_config;
+  const std::string url = detail::sibling_url(impl.location, "config.json");
+  detail::HttpClient client(impl.http);
+  HttpRequest r;
+  r.url = url;
+  r.max_body = kMaxConfigSize;
+  r.bearer_token = impl.token;
+  r.token_authority = impl.token_authority;  // the token goes to the endpoint's host only
+  auto results = client.perform(std::vector<HttpRequest>{r});
+  if (!results[0]) return fail(results[0].error().with_context(url));
+  const HttpResponse& res = *results[0];
+  if (res.status == 200) {
+    impl.url_config = std::optional<std::string>(res.body);
+  } else if (res.status == 404 || res.status == 410) {
+    impl.url_config = std::optional<std::string>{};
+  } else {
+    return fail(ErrorCode::Network, url + ": HTTP " + std::to_string(res.status) + " (reading the model's config.json)");
+  }
+  return *impl.url_config;
+}
+
 Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options) {
   auto location = detail::parse_location(location_text, false);
   if (!location) return fail(location.error());

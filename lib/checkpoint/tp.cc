@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Checkpoint::select_for_rank: the tensor-parallel placement of the format layer (format/tp.cc)
 // applied to every tensor of an open checkpoint, with the model read from its config.json.
-// Built on the public members only (config_json, tensors, select).
+// Built on the public members (config_json, tensors, select), plus, for a plain http(s) URL,
+// the config.json beside it (url_config_json, remote.cc).
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "checkpoint/checkpoint_internal.h"
+#include "net/url.h"
 #include "tensorfetch/checkpoint.hpp"
 
 namespace tensorfetch {
@@ -38,7 +41,18 @@ Result<std::optional<TpModel>> model_of(const Checkpoint& ckpt) {
 
 }  // namespace
 
-Result<std::optional<TpModel>> Checkpoint::tp_model() const { return model_of(*this); }
+Result<std::optional<TpModel>> Checkpoint::tp_model() const {
+  if (!config_json()) {  // a plain URL: the config.json beside it, when the server has one
+    auto text = url_config_json(*impl_);
+    if (!text) return fail(text.error());
+    if (*text) {
+      auto m = parse_tp_model(**text);
+      if (!m) return fail(m.error().with_context(detail::sibling_url(location(), "config.json")));
+      return std::optional<TpModel>(std::move(*m));
+    }
+  }
+  return model_of(*this);
+}
 
 Result<std::vector<Selection>> Checkpoint::select_for_rank(std::size_t rank, std::size_t world, const TpRules& rules,
                                                            std::span<const Selector> only) const {
@@ -47,7 +61,7 @@ Result<std::vector<Selection>> Checkpoint::select_for_rank(std::size_t rank, std
     return fail(ErrorCode::InvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(world) +
                                                 ": expected 0 <= rank < world <= " + std::to_string(kMaxTpWorld));
   }
-  auto model = model_of(*this);
+  auto model = tp_model();
   if (!model) return fail(model.error());
   std::vector<TensorRef> refs;
   if (only.empty()) {

@@ -253,9 +253,10 @@ int error_rank(ErrorCode c) {
 
 Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const FetchSettings& settings,
                                               std::uint64_t* bytes_cached) {
-  // Wanted minus held, coalesced, per file; then every range cut into chunks of about
-  // total / connections, so that all connections share the work, small or large.
-  std::vector<std::vector<ByteRange>> ranges(files.size());
+  // Wanted minus held per file; coalesced over all files within the over-fetch budget; then
+  // every range cut into chunks of about total / connections, so that all connections share the
+  // work, small or large.
+  std::vector<RangeSet> missing(files.size());
   std::uint64_t cached = 0, total = 0;
   for (std::size_t i = 0; i < files.size(); ++i) {
     FetchFile& f = files[i];
@@ -268,10 +269,14 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
     std::vector<ByteRange> wanted = f.wanted;  // clipped to the file (a range past its end is not fetched)
     for (auto& r : wanted) r = ByteRange{std::min(r.offset, f.size), std::min(r.end(), f.size) - std::min(r.offset, f.size)};
     std::uint64_t held = 0;
-    ranges[i] = plan_transfers(std::move(wanted), have, settings.max_gap, 0, &held);
-    total += total_bytes(ranges[i]);
+    missing[i] = plan_transfers(std::move(wanted), have, 0, 0, &held);  // max_gap 0: exactly the missing bytes
+    total += total_bytes(missing[i]);
     cached += held;
   }
+  const std::vector<RangeSet> ranges =
+      coalesce_within(missing, settings.max_gap, overfetch_budget(total, settings.max_gap, settings.overfetch_percent));
+  total = 0;
+  for (const auto& r : ranges) total += total_bytes(r);
   const std::uint64_t chunk =
       chunk_size_for(total, settings.http.max_parallel, settings.min_chunk, settings.max_chunk);
   std::vector<PlannedChunk> out;

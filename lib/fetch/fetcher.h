@@ -42,7 +42,10 @@ struct FetchSettings {
   HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS, cancel
   std::string token;                 ///< bearer token (re-resolves only, to `token_authority`)
   std::string token_authority;       ///< scheme://host[:port] allowed to receive the token
-  std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size
+  std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size...
+  /// ...while the holes fetched add up to at most this percentage of the missing bytes (or
+  /// `max_gap`, if more); the smallest holes first (see `coalesce_within`).
+  std::uint32_t overfetch_percent = 1;
   /// Transfers are split into chunks of about (bytes to transfer) / connections, at most this
   /// (0: no limit) and at least `min_chunk`.
   std::uint64_t max_chunk = 64 << 20;

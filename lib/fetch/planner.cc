@@ -2,6 +2,7 @@
 #include "fetch/planner.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace tensorfetch::detail {
 
@@ -15,6 +16,65 @@ RangeSet coalesce(std::span<const ByteRange> set, std::uint64_t max_gap) {
     }
   }
   return out;
+}
+
+std::vector<RangeSet> coalesce_within(std::span<const RangeSet> sets, std::uint64_t max_gap,
+                                     std::uint64_t budget) {
+  struct Hole {
+    std::uint64_t size;
+    std::size_t set, after;  // the hole after range `after` of set `set`
+  };
+  std::vector<Hole> holes;
+  std::uint64_t sum = 0;
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    for (std::size_t i = 1; i < sets[s].size(); ++i) {
+      const std::uint64_t gap = sets[s][i].offset - sets[s][i - 1].end();
+      if (gap > max_gap) continue;
+      holes.push_back(Hole{gap, s, i - 1});
+      sum += gap;  // no overflow: holes of one file are disjoint parts of a 64-bit offset space
+    }
+  }
+  std::vector<RangeSet> out;
+  out.reserve(sets.size());
+  if (sum <= budget) {  // all of them fit: plain coalescing
+    for (const auto& set : sets) out.push_back(coalesce(set, max_gap));
+    return out;
+  }
+  // Smallest first (stable: file, then offset order among equal holes), while they fit.
+  std::stable_sort(holes.begin(), holes.end(), [](const Hole& a, const Hole& b) { return a.size < b.size; });
+  std::vector<std::vector<bool>> join(sets.size());
+  for (std::size_t s = 0; s < sets.size(); ++s) join[s].assign(sets[s].size(), false);
+  std::uint64_t spent = 0;
+  for (const auto& h : holes) {
+    if (h.size > budget - spent) break;  // sorted: no later hole fits either
+    spent += h.size;
+    join[h.set][h.after] = true;
+  }
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    RangeSet joined;
+    for (std::size_t i = 0; i < sets[s].size(); ++i) {
+      if (i > 0 && join[s][i - 1]) {
+        joined.back().length = sets[s][i].end() - joined.back().offset;
+      } else {
+        joined.push_back(sets[s][i]);
+      }
+    }
+    out.push_back(std::move(joined));
+  }
+  return out;
+}
+
+std::uint64_t overfetch_budget(std::uint64_t missing, std::uint64_t max_gap, std::uint32_t percent) noexcept {
+  // missing * percent / 100 without overflow: (q * 100 + r) * p / 100 = q * p + r * p / 100.
+  const std::uint64_t q = missing / 100, r = missing % 100;
+  std::uint64_t share = r * percent / 100;
+  constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+  if (q != 0 && percent > (kMax - share) / q) {
+    share = kMax;
+  } else {
+    share += q * percent;
+  }
+  return std::max(share, std::min(max_gap, kOverfetchFloor));
 }
 
 std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_chunk) {

@@ -17,6 +17,24 @@ namespace tensorfetch::detail {
 /// fetched too: one request instead of two).
 [[nodiscard]] RangeSet coalesce(std::span<const ByteRange> set, std::uint64_t max_gap);
 
+/// Coalescing within an over-fetch budget, over the missing ranges of several files at once
+/// (`sets[i]` normalized, one per file): holes of at most `max_gap` bytes are joined smallest
+/// first (equal holes: earlier file, then lower offset first) while the holes joined add up to
+/// at most `budget` bytes. Joining the smallest holes first makes the fewest requests the budget
+/// allows. When every hole of at most `max_gap` fits, this is `coalesce` on each set.
+[[nodiscard]] std::vector<RangeSet> coalesce_within(std::span<const RangeSet> sets, std::uint64_t max_gap,
+                                                    std::uint64_t budget);
+
+/// Holes adding up to this many bytes may always travel, whatever the percentage: far less than
+/// a round trip carries on any link worth fetching over, so a small fetch coalesces as if there
+/// were no budget.
+inline constexpr std::uint64_t kOverfetchFloor = 64 << 10;
+
+/// The over-fetch budget of a fetch of `missing` bytes: `percent`% of them, but at least
+/// `min(max_gap, kOverfetchFloor)`. Saturates instead of overflowing. Pure.
+[[nodiscard]] std::uint64_t overfetch_budget(std::uint64_t missing, std::uint64_t max_gap,
+                                             std::uint32_t percent) noexcept;
+
 /// Cuts every range into pieces of at most `max_chunk` bytes (0: no limit), so that many
 /// connections can share one large range. Pieces are as equal as possible: a 17 MiB range
 /// with 8 MiB chunks becomes 3 pieces of about 5.7 MiB, not 8 + 8 + 1.
@@ -30,7 +48,7 @@ namespace tensorfetch::detail {
                                            std::uint64_t ceiling) noexcept;
 
 /// What to transfer for one file: `wanted` minus `have`, coalesced across holes of at most
-/// `max_gap`, split into chunks of at most `max_chunk`. `wanted` need not be normalized.
+/// `max_gap` (every such hole, without a budget: see `coalesce_within`), split into chunks of at most `max_chunk`. `wanted` need not be normalized.
 /// `already_held`, if given, receives the wanted bytes `have` covers (each counted once).
 [[nodiscard]] std::vector<ByteRange> plan_transfers(std::vector<ByteRange> wanted,
                                                     std::span<const ByteRange> have,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "capi_util.hpp"
 
+#include <cstdio>
 #include <cstring>
 
 #include "support/bytes.hpp"
@@ -225,6 +226,29 @@ std::vector<Ranges> plan_ranges(const tf_plan* plan, const Source& src, std::uin
   }
   for (auto& s : sets) s = tftest::normalized(s);
   return sets;
+}
+
+std::string part_of(std::string_view full, const std::vector<std::uint64_t>& shape, const char* slice) {
+  if (slice == nullptr) return std::string(full);
+  unsigned long long a = 0, b = 0;
+  const bool dim1 = std::sscanf(slice, "[:, %llu:%llu]", &a, &b) == 2;
+  REQUIRE((dim1 || std::sscanf(slice, "[%llu:%llu]", &a, &b) == 2));
+  REQUIRE(!shape.empty());
+  const std::uint64_t row = full.size() / shape[0];
+  if (!dim1) return std::string(full.substr(a * row, (b - a) * row));
+  REQUIRE(shape.size() >= 2);
+  const std::uint64_t elem = row / shape[1];  // bytes per index of dim 1
+  std::string out;
+  for (std::uint64_t r = 0; r < shape[0]; ++r) out += full.substr(r * row + a * elem, (b - a) * elem);
+  return out;
+}
+
+TpSelection select_rank(tf_checkpoint* ckpt, std::size_t rank, std::size_t world) {
+  Error err;
+  tf_tp_selection* sel = nullptr;
+  CHECK_CODE(tf_select_for_rank(ckpt, rank, world, nullptr, 0, &sel, err.out()), TF_OK, err);
+  REQUIRE(sel != nullptr);
+  return TpSelection(sel, &tf_tp_free);
 }
 
 }  // namespace capitest

@@ -54,6 +54,8 @@ class Error {
 using Checkpoint = std::unique_ptr<tf_checkpoint, decltype(&tf_close)>;
 /// Owns a tf_plan* (tf_plan_free).
 using Plan = std::unique_ptr<tf_plan, decltype(&tf_plan_free)>;
+/// Owns a tf_tp_selection* (tf_tp_free).
+using TpSelection = std::unique_ptr<tf_tp_selection, decltype(&tf_tp_free)>;
 
 /// CHECK_CODE(call, TF_X, err): the call returned TF_X; on failure the code's name and the
 /// error's message are printed.
@@ -175,5 +177,12 @@ std::vector<Ranges> wanted_ranges(tf_checkpoint* ckpt, const Source& src, const 
 /// then offset order without overlap, 0 < length <= `chunk`, inside its file; the URL the
 /// CDN's (127.0.0.1) naming the file's sha256; If-Match the quoted sha256; no token.
 std::vector<Ranges> plan_ranges(const tf_plan* plan, const Source& src, std::uint64_t chunk);
+
+/// The bytes of `slice` ("[a:b]" on dim 0, "[:, a:b]" on dim 1, as tf_tp_slice gives it; NULL:
+/// the whole tensor) of a row-major tensor of `shape` whose bytes are `full`.
+std::string part_of(std::string_view full, const std::vector<std::uint64_t>& shape, const char* slice);
+
+/// Selects rank `rank` of `world` (tf_select_for_rank, no rules); REQUIREs success.
+TpSelection select_rank(tf_checkpoint* ckpt, std::size_t rank, std::size_t world);
 
 }  // namespace capitest

@@ -373,3 +373,90 @@ TEST_CASE("C API: a tf_cancel_token on its own, NULL-safe; tf_open with a cancel
   open_ok(single, &options);
   tf_cancel_token_free(token);
 }
+
+TEST_CASE("C API: tf_select_for_rank: each rank's tensors with their sliced shapes and bytes; the ranks together are "
+          "the checkpoint; rules, errors and NULL handles",
+          "[capi][local][tp]") {
+  Checkpoint ckpt = open_ok((reference() / "llama-tiny-sharded").string());
+  tf_checkpoint* c = ckpt.get();
+  Error err;
+  constexpr std::size_t kWorld = 2;
+  // Per tensor, the bytes the ranks hold, put back together along the split dimension.
+  for (std::size_t rank = 0; rank < kWorld; ++rank) {
+    INFO("rank " << rank);
+    TpSelection sel = select_rank(c, rank, kWorld);
+    CHECK(tf_tp_count(sel.get()) == tf_tensor_count(c));  // dense llama: every tensor, some sliced
+    CHECK_THAT(tf_tp_rule(sel.get()), Catch::Contains("model_type=llama"));
+    for (std::size_t i = 0; i < tf_tp_count(sel.get()); ++i) {
+      const char* name = tf_tp_name(sel.get(), i);
+      INFO(name);
+      std::size_t index = 0;
+      REQUIRE(tf_find(c, name, &index));
+      const TensorBytes whole = tensor_bytes(c, index, name);
+      std::size_t ndim = 0, part_ndim = 0;
+      const uint64_t* full_dims = tf_tensor_shape(c, index, &ndim);
+      const std::vector<std::uint64_t> full_shape(full_dims, full_dims + ndim);
+      const std::uint64_t* dims = tf_tp_shape(sel.get(), i, &part_ndim);
+      CHECK(part_ndim == ndim);
+      const std::string_view full(static_cast<const char*>(whole.data), whole.length);
+      const std::string want = part_of(full, full_shape, tf_tp_slice(sel.get(), i));
+      std::string got(tf_tp_nbytes(sel.get(), i), '\0');
+      CHECK(got.size() == want.size());
+      CHECK_CODE(tf_tp_read(c, sel.get(), i, got.data(), got.size(), err.out()), TF_OK, err);
+      CHECK(got == want);
+      std::uint64_t elems = 1;
+      for (std::size_t d = 0; d < part_ndim; ++d) elems *= dims[d];
+      CHECK(elems * 2 == got.size());  // BF16
+    }
+  }
+  TpSelection r0 = select_rank(c, 0, kWorld);
+  std::size_t q = 0;
+  while (q < tf_tp_count(r0.get()) && std::string(tf_tp_name(r0.get(), q)) != "model.layers.0.self_attn.o_proj.weight") ++q;
+  REQUIRE(q < tf_tp_count(r0.get()));
+  CHECK(std::string(tf_tp_slice(r0.get(), q)) == "[:, 0:32]");  // row-parallel: dim 1
+  std::size_t nd = 0;
+  const std::uint64_t* qd = tf_tp_shape(r0.get(), q, &nd);
+  CHECK(std::vector<std::uint64_t>(qd, qd + nd) == std::vector<std::uint64_t>{64, 32});
+
+  // Rules decide first; expert_parallel is taken (a dense model has no experts).
+  tf_tp_selection* sel = nullptr;
+  CHECK_CODE(tf_select_for_rank(c, 1, kWorld, R"({"*": "replicate"})", 1, &sel, err.out()), TF_OK, err);
+  TpSelection all(sel, &tf_tp_free);
+  for (std::size_t i = 0; i < tf_tp_count(all.get()); ++i) CHECK(tf_tp_slice(all.get(), i) == nullptr);
+  CHECK_THAT(tf_tp_rule(all.get()), Catch::Contains("experts=expert-parallel"));
+
+  // Errors.
+  sel = reinterpret_cast<tf_tp_selection*>(&sel);
+  CHECK_CODE(tf_select_for_rank(c, 2, kWorld, nullptr, 0, &sel, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  CHECK(sel == nullptr);
+  CHECK_THAT(err.message(), Catch::Contains("rank 2 of 2"));
+  CHECK_CODE(tf_select_for_rank(c, 0, kWorld, R"({"x.weight": "sideways"})", 0, &sel, err.out()),
+             TF_ERR_INVALID_ARGUMENT, err);
+  CHECK_THAT(err.message(), Catch::Contains("x.weight"));
+  CHECK_CODE(tf_select_for_rank(c, 0, kWorld, R"({"*.q_proj.weight": {"dim": 5}})", 0, &sel, err.out()),
+             TF_ERR_UNSPLITTABLE, err);
+  CHECK_THAT(err.message(), Catch::Contains("q_proj.weight"));
+  CHECK_CODE(tf_select_for_rank(nullptr, 0, kWorld, nullptr, 0, &sel, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  CHECK_CODE(tf_select_for_rank(c, 0, kWorld, nullptr, 0, nullptr, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  // A file without a config.json beside it: Unsplittable naming a tensor.
+  Checkpoint lone = open_ok((reference() / "dtypes" / "model.safetensors").string());
+  CHECK_CODE(tf_select_for_rank(lone.get(), 0, kWorld, nullptr, 0, &sel, err.out()), TF_ERR_UNSPLITTABLE, err);
+  // A selection is used with its own checkpoint only; indexes out of range; NULL handles.
+  Checkpoint other = open_ok((reference() / "llama-tiny-sharded").string());
+  char byte = 0;
+  CHECK_CODE(tf_tp_read(other.get(), r0.get(), 0, &byte, 1, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  CHECK_THAT(err.message(), Catch::Contains("another checkpoint"));
+  CHECK_CODE(tf_tp_fetch(other.get(), r0.get(), nullptr, nullptr, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  CHECK_CODE(tf_tp_read(c, r0.get(), tf_tp_count(r0.get()), &byte, 1, err.out()), TF_ERR_INVALID_ARGUMENT, err);
+  CHECK_CODE(tf_tp_read(c, r0.get(), q, &byte, 1, err.out()), TF_ERR_INVALID_ARGUMENT, err);  // wrong size
+  CHECK_CODE(tf_tp_fetch(c, r0.get(), nullptr, nullptr, err.out()), TF_OK, err);  // local: nothing to move
+  CHECK(tf_tp_name(r0.get(), 1u << 30) == nullptr);
+  CHECK(tf_tp_slice(r0.get(), 1u << 30) == nullptr);
+  CHECK(tf_tp_nbytes(r0.get(), 1u << 30) == 0);
+  nd = 7;
+  CHECK(tf_tp_shape(r0.get(), 1u << 30, &nd) == nullptr);
+  CHECK(nd == 0);
+  CHECK(tf_tp_count(nullptr) == 0);
+  CHECK(std::string(tf_tp_rule(nullptr)).empty());
+  tf_tp_free(nullptr);
+}

@@ -950,3 +950,59 @@ TEST_CASE("C API remote: a stalled server: tf_open (through a tf_cancel_token) a
   fx.server->reset_switches();
   CHECK_CODE(tf_fetch(c, kAll, 1, nullptr, nullptr, err.out()), TF_OK, err);
 }
+
+TEST_CASE("C API remote: tf_tp_fetch moves a rank's byte ranges only (the server's log), then tf_tp_read serves them; "
+          "a larger over-fetch budget coalesces more",
+          "[capi][remote][tp]") {
+  Fixture fx;
+  Checkpoint ckpt = fx.open("gen/model", "cache-tp");
+  tf_checkpoint* c = ckpt.get();
+  const Source src = load_sources(c, repos().gen);
+  TpSelection sel = select_rank(c, 1, 2);
+  std::uint64_t need = 0;
+  for (std::size_t i = 0; i < tf_tp_count(sel.get()); ++i) need += tf_tp_nbytes(sel.get(), i);
+  Error err;
+  // Nothing fetched yet: NotFetched.
+  std::string part(tf_tp_nbytes(sel.get(), 0), '\0');
+  CHECK_CODE(tf_tp_read(c, sel.get(), 0, part.data(), part.size(), err.out()), TF_ERR_NOT_FETCHED, err);
+
+  fx.server->clear_log();
+  tf_fetch_options fetch = fetch_options(kKeep, kKeep, 1);  // holes of 1 byte only: none here (F32/BF16)
+  tf_fetch_stats stats;
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_tp_fetch(c, sel.get(), &fetch, &stats, err.out()), TF_OK, err);
+  std::uint64_t body = 0;
+  for (const auto& r : fx.server->log()) body += r.kind == "cdn" ? r.body_bytes : 0;
+  CHECK(body == stats.bytes_transferred);
+  CHECK(stats.bytes_transferred + stats.bytes_cached == need);  // the header window holds the rest
+  for (std::size_t i = 0; i < tf_tp_count(sel.get()); ++i) {
+    const char* name = tf_tp_name(sel.get(), i);
+    INFO(name);
+    std::size_t index = 0, ndim = 0;
+    REQUIRE(tf_find(c, name, &index));
+    const uint64_t* d = tf_tensor_shape(c, index, &ndim);
+    const ByteRange r = tensor_range(c, src, index);
+    const std::string want = part_of(std::string_view(src.bytes[tf_tensor_file_index(c, index)]).substr(r.offset, r.length),
+                                     std::vector<std::uint64_t>(d, d + ndim), tf_tp_slice(sel.get(), i));
+    std::string got(tf_tp_nbytes(sel.get(), i), '\0');
+    CHECK_CODE(tf_tp_read(c, sel.get(), i, got.data(), got.size(), err.out()), TF_OK, err);
+    CHECK(got == want);
+  }
+
+  // Planned with the default gap (1 MiB) on a fresh cache: within the default budget (64 KiB
+  // here); with 1000% every hole of at most the gap is fetched.
+  Checkpoint fresh = fx.open("gen/model", "cache-tp-fresh");
+  TpSelection again = select_rank(fresh.get(), 1, 2);
+  std::uint64_t planned[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    tf_fetch_options o = fetch_options(kKeep, kKeep, kKeep);
+    if (k == 1) o.coalesce_overfetch_percent = 1000;
+    CHECK_CODE(tf_tp_fetch(fresh.get(), again.get(), &o, &stats, err.out()), TF_OK, err);
+    planned[k] = stats.bytes_transferred + stats.bytes_cached;
+    // Forget it again: a new cache each round.
+    fresh = fx.open("gen/model", k == 0 ? "cache-tp-fresh2" : "cache-tp-fresh3");
+    again = select_rank(fresh.get(), 1, 2);
+  }
+  CHECK(planned[0] <= need + (64 << 10));
+  CHECK(planned[1] > planned[0]);
+}

@@ -67,7 +67,7 @@ echo "libtensorfetch.so exports $exported symbols" \
   "($(grep -c ' T tf_' "$work/exports" || true) C functions)"
 grep -E 'tensorfetch::detail|simdjson|nlohmann|curl|Curl|CURL' "$work/exports" >"$work/leaks" || true
 check "no private symbol exported: $(head -5 "$work/leaks" | tr '\n' ';')" test ! -s "$work/leaks"
-for sym in tf_open tf_close tf_fetch tf_cancel tf_tensor_data tf_error_message tf_plan_fetch tf_plan_free \
+for sym in tf_open tf_close tf_fetch tf_cancel tf_tensor_data tf_error_message tf_plan_fetch tf_plan_free tf_select_for_rank \
   tf_publish_to_hf_cache tf_commit \
   'tensorfetch::Checkpoint::open(' 'tensorfetch::Checkpoint::view(' 'tensorfetch::parse_header(' \
   'tensorfetch::cache_list(' 'tensorfetch::version()'; do

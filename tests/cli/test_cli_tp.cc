@@ -370,20 +370,56 @@ TEST_CASE("get --tp --expert-parallel: each rank holds whole experts of its own 
   CHECK(f.tensors.at("model.layers.0.block_sparse_moe.experts.3.w2.weight").shape == std::vector<std::uint64_t>{4, 4});
 }
 
+// The Hub-like server over `root`, for a user with a clean environment: no token, endpoint, CA
+// bundle, offline mode or Hugging Face cache from the developer's shell.
+struct Served {
+  TempDir hf_home;
+  tftest::ScopedEnv env;
+  std::unique_ptr<HubServer> server;
+  explicit Served(const fs::path& root) {
+    for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
+      env.set(v, std::nullopt);
+    }
+    env.set("HF_HOME", hf_home.path().string());
+    tensorfetch::testing::Options options;
+    options.root = root;
+    server = std::make_unique<HubServer>(options);
+    server->start();
+  }
+};
+
+// What moved of each file beyond its header, from the server's log of CDN range requests.
+struct Moved {
+  std::map<std::string, Ranges> ranges;
+  std::map<std::string, std::uint64_t> bytes;  // counting a byte as often as it moved
+  std::size_t requests = 0;                    // CDN range requests
+};
+
+Moved moved_data(const std::vector<tensorfetch::testing::RequestRecord>& log, const Source& src) {
+  Moved m;
+  for (const auto& rec : log) {
+    if (rec.kind != "cdn" || rec.status != 206) continue;
+    ++m.requests;
+    auto range = tftest::parse_range(rec.range);
+    REQUIRE(range);
+    CHECK(rec.body_bytes == range->length);
+    const std::uint64_t start = src.data_start.at(rec.file);
+    const std::uint64_t end = range->offset + range->length;
+    if (end <= start) continue;  // a header read
+    const std::uint64_t from = std::max(range->offset, start);
+    m.ranges[rec.file].push_back({from, end - from});
+    m.bytes[rec.file] += end - from;
+  }
+  return m;
+}
+
 TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices and the replicated tensors",
           "[cli][tp][remote]") {
-  TempDir root, hf_home, tmp;
+  TempDir root, tmp;
   make_llama(root / "org" / "llama");
   const Source src = read_source(root / "org" / "llama");
-  tftest::ScopedEnv env;
-  for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "CURL_CA_BUNDLE", "HF_HUB_OFFLINE", "HF_HUB_CACHE"}) {
-    env.set(v, std::nullopt);
-  }
-  env.set("HF_HOME", hf_home.path().string());
-  tensorfetch::testing::Options options;
-  options.root = root.path();
-  HubServer server(options);
-  server.start();
+  Served served(root.path());
+  HubServer& server = *served.server;
 
   constexpr std::size_t kWorld = 4;
   std::vector<StFile> ranks;
@@ -413,32 +449,37 @@ TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices
       Ranges rel = sl == slices.end() ? Ranges{{0, orig.bytes.size()}} : cut(orig, parse_dim_slice(sl->second)).ranges;
       for (const auto& x : rel) want[file].push_back({base + x.offset, x.length});
     }
-    // What moved, per file, beyond the headers: from the server's log of CDN range requests.
-    std::map<std::string, Ranges> moved;
-    std::map<std::string, std::uint64_t> moved_total;
-    for (const auto& rec : server.log()) {
-      if (rec.kind != "cdn" || rec.status != 206) continue;
-      auto range = tftest::parse_range(rec.range);
-      REQUIRE(range);
-      CHECK(rec.body_bytes == range->length);
-      const std::uint64_t start = src.data_start.at(rec.file);
-      const std::uint64_t end = range->offset + range->length;
-      if (end <= start) continue;  // a header read
-      const std::uint64_t from = std::max(range->offset, start);
-      moved[rec.file].push_back({from, end - from});
-      moved_total[rec.file] += end - from;
-    }
+    const Moved exact = moved_data(server.log(), src);
     std::uint64_t rank_bytes = 0;
     for (auto& [file, rs] : want) {
       INFO("file " << file);
       rs = tftest::normalized(rs);
       rank_bytes += tftest::total(rs);
-      const Ranges got = tftest::normalized(moved[file]);
+      const Ranges got = tftest::normalized(exact.ranges.count(file) ? exact.ranges.at(file) : Ranges{});
       CHECK(tftest::describe(got) == tftest::describe(rs));
-      CHECK(moved_total[file] == tftest::total(rs));  // no byte twice
+      CHECK(exact.bytes.count(file) == 1);
+      CHECK(exact.bytes.at(file) == tftest::total(rs));  // no byte twice
     }
     CHECK(rank_bytes == data_bytes(ranks.back()));
-    for (const auto& [file, rs] : moved) CHECK(want.count(file) == 1);  // no other file's data
+    for (const auto& [file, rs] : exact.ranges) CHECK(want.count(file) == 1);  // no other file's data
+
+    // With the default --coalesce-gap, holes travel only within the over-fetch budget (1% of the
+    // bytes, or 64 KiB): every wanted byte moves, and at most that much more, in fewer requests.
+    server.clear_log();
+    std::vector<std::string> again = args;
+    again[7] = (tmp / ("cache-default" + std::to_string(r))).string();
+    again.erase(again.begin() + 8, again.begin() + 10);  // no --coalesce-gap
+    REQUIRE(run(again).exit_code == 0);
+    const Moved coalesced = moved_data(server.log(), src);
+    std::uint64_t total = 0;
+    for (const auto& [file, rs] : want) {
+      const Ranges got = coalesced.ranges.count(file) ? coalesced.ranges.at(file) : Ranges{};
+      for (const auto& x : rs) CHECK(tftest::covered(tftest::normalized(got), x));
+    }
+    for (const auto& [file, n] : coalesced.bytes) total += n;
+    CHECK(total >= rank_bytes);
+    CHECK(total <= rank_bytes + std::max<std::uint64_t>(rank_bytes / 100, 64 << 10));
+    CHECK(coalesced.requests < exact.requests);
   }
   check_reassembles(src, ranks);
 
@@ -449,4 +490,49 @@ TEST_CASE("get --tp from the Hub-like server: each rank moves exactly its slices
   REQUIRE(js.exit_code == 0);
   const auto j = json::parse(js.out);
   for (std::size_t r = 0; r < kWorld; ++r) CHECK(j["tp"]["ranks"][r]["bytes"] == data_bytes(ranks[r]));
+}
+
+TEST_CASE("get --tp of a plain http URL reads the config.json beside it (one request); without one, the error asks "
+          "for --tp-rules",
+          "[cli][tp][remote]") {
+  TempDir root, tmp;
+  make_llama(root / "org" / "llama");
+  fs::create_directories(root / "org" / "bare");
+  for (const auto& name : list_dir(root / "org" / "llama")) {
+    if (name != "config.json") fs::copy_file(root / "org" / "llama" / name, root / "org" / "bare" / name);
+  }
+  Served served(root.path());
+  HubServer& server = *served.server;
+  auto config_requests = [&] {
+    std::size_t n = 0;
+    for (const auto& rec : server.log()) n += rec.target.find("config.json") != std::string::npos ? 1 : 0;
+    return n;
+  };
+
+  const std::string url = server.endpoint() + "/org/llama/resolve/main/model.safetensors.index.json";
+  const auto out = tmp / "rank1.safetensors";
+  auto res = run({"get", url, "--tp", "1/2", "--cache-dir", (tmp / "cache").string(), "-q", "-o", out.string()});
+  INFO(res.err);
+  REQUIRE(res.exit_code == 0);
+  CHECK(config_requests() == 1);
+  const StFile f = read_safetensors(out);
+  CHECK_THAT(f.metadata->at("tp_rule"), Catch::Matchers::Contains("model_type=llama"));
+  CHECK(f.tensors.at("model.layers.0.self_attn.o_proj.weight").shape == std::vector<std::uint64_t>{128, 64});
+  // The same as from the directory.
+  const auto local = tmp / "local1.safetensors";
+  REQUIRE(run({"get", (root / "org" / "llama").string(), "--tp", "1/2", "-q", "-o", local.string()}).exit_code == 0);
+  CHECK(tftest::read_file(local) == tftest::read_file(out));
+
+  // inspect --tp of the single-file URL of a repo without config.json: one request for it (404),
+  // then the error naming --tp-rules; with a rules file, no config.json is needed.
+  server.clear_log();
+  const std::string bare = server.endpoint() + "/org/bare/resolve/main/model.safetensors.index.json";
+  auto ins = run({"inspect", bare, "--tp", "2", "--cache-dir", (tmp / "cache").string()});
+  CHECK(ins.exit_code == 1);
+  CHECK_THAT(ins.err, Catch::Matchers::Contains("--tp-rules"));
+  CHECK(config_requests() == 1);
+  write_file(tmp / "rules.json", R"({"*": "replicate"})");
+  auto ruled = run({"inspect", bare, "--tp", "2", "--tp-rules", (tmp / "rules.json").string(), "--cache-dir",
+                    (tmp / "cache").string()});
+  CHECK(ruled.exit_code == 0);
 }

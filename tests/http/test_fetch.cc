@@ -450,25 +450,41 @@ TEST_CASE("fetch: only the selected tensors' bytes travel, as 206s of exactly th
 
 // ======================================================================== the data plane
 
-// Everything after the header window of org/big: what a fetch of every tensor transfers.
-std::vector<Selection> everything(const Checkpoint& c) { return pick(c, {"*"}); }
+// A fetch of every tensor of org/big (everything after the header window), as the data-plane
+// tests make it: the open checkpoint, the fetch's figures, the bytes it had to transfer and its
+// wall time.
+struct WholeFetch {
+  Checkpoint c;
+  FetchStats stats;
+  std::uint64_t total_bytes = 0;
+  double wall = 0;
+};
+
+// Opens org/big, drops the open's requests from the server's log, runs `before` (e.g. to pace
+// the connections), then fetches every tensor over `n` connections; REQUIREs success.
+WholeFetch fetch_everything(Fixture& f, std::size_t n, const std::function<void()>& before = {}) {
+  Checkpoint c = f.open();
+  (void)f.server->take_log();
+  if (before) before();
+  FetchOptions fo;
+  fo.connections = n;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stats = c.fetch(pick(c, {"*"}), fo);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  return WholeFetch{std::move(c), *stats, big_model().size() - kWindow, wall};
+}
 
 TEST_CASE("data plane: N connections each carry about total / N bytes, on N TCP connections of their own "
           "(chunks follow the work, not a fixed size)",
           "[fetch][data-plane]") {
   Fixture f;
-  Checkpoint c = f.open();
-  (void)f.server->take_log();
   constexpr std::size_t kN = 4;
-  FetchOptions fo;
-  fo.connections = kN;
-  auto stats = c.fetch(everything(c), fo);
-  INFO((stats ? std::string() : stats.error().message));
-  REQUIRE(stats);
-  const std::uint64_t total_bytes = big_model().size() - kWindow;
+  auto [c, stats, total_bytes, wall] = fetch_everything(f, kN);
   // chunk = ceil(total / 4) (above the 512 KiB floor, below the 64 MiB ceiling): 4 chunks.
-  CHECK(stats->chunks == kN);
-  CHECK(stats->bytes_transferred == total_bytes);
+  CHECK(stats.chunks == kN);
+  CHECK(stats.bytes_transferred == total_bytes);
   const auto data = data_requests(f.server->log());
   REQUIRE(data.size() == kN);
   std::set<int> ports;
@@ -495,21 +511,11 @@ TEST_CASE("data plane: a straggler connection does not decide the wall time: its
           "connection, shortened not restarted, each byte sent about once",
           "[fetch][data-plane][straggler]") {
   Fixture f;
-  Checkpoint c = f.open();
-  (void)f.server->take_log();
   // Every 4th TCP connection asking for file bodies from now on, from the 2nd, is paced at
   // 256 KiB/s: one of the four data flows is slow.
   constexpr std::uint64_t kSlow = 256 << 10;
-  f.server->slow_connections(kSlow, 4, 2);
   constexpr std::size_t kN = 4;
-  FetchOptions fo;
-  fo.connections = kN;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto stats = c.fetch(everything(c), fo);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO((stats ? std::string() : stats.error().message));
-  REQUIRE(stats);
-  const std::uint64_t total_bytes = big_model().size() - kWindow;
+  auto [c, stats, total_bytes, wall] = fetch_everything(f, kN, [&] { f.server->slow_connections(kSlow, 4, 2); });
   const double slow_alone = static_cast<double>(total_bytes / kN) / kSlow;  // ~2.8 s
   // The server logs the cut request when its next paced write finds the connection closed.
   auto data = data_requests(f.server->log());
@@ -519,11 +525,11 @@ TEST_CASE("data plane: a straggler connection does not decide the wall time: its
   }
   std::string lines;
   for (const auto& r : data) lines += r.to_json() + "\n";
-  INFO("wall " << wall << " s; the slow flow alone would take " << slow_alone << " s; splits " << stats->splits
-               << ", stragglers " << stats->stragglers << "\n" << lines);
-  CHECK(stats->splits >= 1);
+  INFO("wall " << wall << " s; the slow flow alone would take " << slow_alone << " s; splits " << stats.splits
+               << ", stragglers " << stats.stragglers << "\n" << lines);
+  CHECK(stats.splits >= 1);
   CHECK(wall < slow_alone / 2);
-  CHECK(stats->bytes_transferred == total_bytes);
+  CHECK(stats.bytes_transferred == total_bytes);
   // The slow request was cut short (not restarted: no request asks for its first bytes again).
   std::size_t slow = 0;
   std::uint64_t sent = 0;
@@ -544,7 +550,7 @@ TEST_CASE("data plane: a straggler connection does not decide the wall time: its
   CHECK(asked_total >= total_bytes);
   CHECK(normalized(asked) == Ranges{{kWindow, total_bytes}});
   // Bytes sent twice: at most what was in flight on the cut connections.
-  CHECK(sent <= total_bytes + stats->splits * (256 << 10));
+  CHECK(sent <= total_bytes + stats.splits * (256 << 10));
   const std::string& source = big_model();
   for (int i = 0; i < kLayers; ++i) check_view(c, "layers." + std::to_string(i) + ".weight", source);
   check_extents_hold_source(f.cache, f.blob_id, source);

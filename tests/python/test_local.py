@@ -222,6 +222,10 @@ def test_options_are_checked_like_the_cli(reference):
         tensorfetch.safe_open(path, connections=0)
     with pytest.raises(TypeError, match="offline must be True or False"):
         tensorfetch.safe_open(path, offline=1)
+    with pytest.raises(ValueError, match="coalesce_overfetch_percent must be between 0 and 1000"):
+        tensorfetch.safe_open(path, coalesce_overfetch_percent=1001)
+    with tensorfetch.safe_open(path, coalesce_overfetch_percent=0, coalesce_gap=0) as f:
+        assert f.keys()
     with pytest.raises(ValueError, match="framework 'tf' is not supported"):
         tensorfetch.safe_open(path, framework="tf")
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The fetch planner's range algebra (lib/fetch/planner.h): normalize, add_range, subtract,
-// covers, total_bytes, coalesce, split and plan_transfers. Every rule is a table whose rows are
+// covers, total_bytes, coalesce, coalesce_within (an over-fetch budget), overfetch_budget, split
+// and plan_transfers. Every rule is a table whose rows are
 // named in the output (one DYNAMIC_SECTION per row), plus a randomized property test (fixed
 // seed) against a bitmap oracle.
 #include <algorithm>
@@ -315,6 +316,74 @@ TEST_CASE("coalesce: joins neighbours across gaps of at most max_gap bytes", "[p
       CHECK(got == row.want);
       CHECK(is_normalized(got));
     }
+  }
+}
+
+TEST_CASE("coalesce_within: the smallest holes first, over all files, while they fit the budget",
+          "[planner][coalesce]") {
+  struct Row {
+    const char* name;
+    std::vector<Ranges> sets;
+    std::uint64_t max_gap;
+    std::uint64_t budget;
+    std::vector<Ranges> want;
+  };
+  // A row-parallel slice: 4 rows of 2 bytes, 6-byte holes (one range per row).
+  const Ranges rows4 = {R(0, 2), R(8, 2), R(16, 2), R(24, 2)};
+  const std::vector<Row> rows = {
+      {"no sets", {}, 10, 0, {}},
+      {"all holes fit: as coalesce", {{R(0, 10), R(15, 10), R(100, 1)}}, 10, 5, {{R(0, 25), R(100, 1)}}},
+      {"budget 0 joins nothing", {rows4}, 10, 0, {rows4}},
+      {"budget of two holes: the first two (equal holes in offset order)", {rows4}, 10, 12,
+       {{R(0, 18), R(24, 2)}}},
+      {"budget one byte short of two holes: one", {rows4}, 10, 11, {{R(0, 10), R(16, 2), R(24, 2)}}},
+      {"the smallest holes first, wherever they are", {{R(0, 1), R(9, 1), R(12, 1), R(20, 1), R(22, 1)}}, 10, 5,
+       {{R(0, 1), R(9, 4), R(20, 3)}}},
+      {"holes over max_gap never join, whatever the budget", {{R(0, 1), R(50, 1), R(53, 1)}}, 10, kMax - 1,
+       {{R(0, 1), R(50, 4)}}},
+      {"over files: the smaller hole of the second file before the larger of the first",
+       {{R(0, 1), R(5, 1)}, {R(0, 1), R(3, 1)}}, 10, 3, {{R(0, 1), R(5, 1)}, {R(0, 4)}}},
+      {"over files: equal holes, the first file first", {{R(0, 1), R(5, 1)}, {R(0, 1), R(5, 1)}}, 10, 5,
+       {{R(0, 6)}, {R(0, 1), R(5, 1)}}},
+      {"a chain joins into one", {{R(0, 1), R(3, 1), R(6, 1), R(100, 1)}}, 2, 4, {{R(0, 7), R(100, 1)}}},
+  };
+  for (const auto& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      for (const auto& s : row.sets) REQUIRE(is_normalized(s));
+      const auto got = td::coalesce_within(row.sets, row.max_gap, row.budget);
+      CHECK(got == row.want);
+      std::uint64_t extra = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CHECK(is_normalized(got[i]));
+        CHECK(td::subtract(row.sets[i], got[i]).empty());  // every wanted byte stays planned
+        extra += td::total_bytes(got[i]) - td::total_bytes(row.sets[i]);
+      }
+      CHECK(extra <= row.budget);
+    }
+  }
+}
+
+TEST_CASE("overfetch_budget: percent of the missing bytes, at least min(max_gap, 64 KiB), saturating",
+          "[planner][coalesce]") {
+  struct Row {
+    const char* name;
+    std::uint64_t missing, max_gap;
+    std::uint32_t percent;
+    std::uint64_t want;
+  };
+  const std::vector<Row> rows = {
+      {"1% of 100 MB", 100'000'000, MiB, 1, 1'000'000},
+      {"small fetch: the floor of 64 KiB", 1000, MiB, 1, 64 * KiB},
+      {"the floor is max_gap when smaller", 1000, 4096, 1, 4096},
+      {"max_gap 0: only the percentage", 1000, 0, 1, 10},
+      {"rounds down", 199, 0, 1, 1},
+      {"0%: the floor", 100'000'000, MiB, 0, 64 * KiB},
+      {"1000%", 100'000'000, 0, 1000, 1'000'000'000},
+      {"saturates", kMax, 0, 1000, kMax},
+      {"no overflow near the top", kMax, 0, 100, kMax / 100 * 100 + kMax % 100},
+  };
+  for (const auto& row : rows) {
+    DYNAMIC_SECTION(row.name) { CHECK(td::overfetch_budget(row.missing, row.max_gap, row.percent) == row.want); }
   }
 }
 

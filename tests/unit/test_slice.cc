@@ -2,7 +2,6 @@
 // Slices: parse_slice / parse_named_slice, and plan_slice turning a slice of a tensor into
 // the minimal list of byte ranges (tables with exact expected ranges).
 #include <cstdint>
-#include <deque>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -64,17 +63,9 @@ bool same(const std::vector<DimSelect>& a, const std::vector<DimSelect>& b) {
   return true;
 }
 
-/// A tensor of `dtype` and `shape` whose data starts at `begin` of the data section. (A
-/// TensorInfo is a view: its shape is kept alive here for the whole test run.)
+/// A tensor named "t" of `dtype` and `shape` whose data starts at `begin` of the data section.
 tf::TensorInfo tensor(DType dtype, Shape shape, std::uint64_t begin = 0) {
-  static std::deque<Shape> shapes;
-  tf::TensorInfo t;
-  t.name = "t";
-  t.dtype = dtype;
-  t.shape = shapes.emplace_back(std::move(shape));
-  t.begin = begin;
-  t.end = begin + t.num_elements() * tf::dtype_bits(dtype) / 8;
-  return t;
+  return tftest::make_tensor("t", dtype, std::move(shape), begin);
 }
 
 /// Parses `spec` (which must parse) and plans it against `t`.

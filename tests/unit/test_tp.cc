@@ -48,20 +48,11 @@ TpModel model(const std::string& key) {
   return *m;
 }
 
-// A hand-made TensorInfo with its own storage.
+// A BF16 tensor by name and shape (its header entry: tftest::make_tensor).
 struct Tensor {
   std::string name;
   Shape shape;
-  tf::TensorInfo info() const {
-    tf::TensorInfo t;
-    t.name = name;
-    t.dtype = tf::DType::BF16;
-    t.shape = shape;
-    std::uint64_t n = 2;
-    for (auto d : shape) n *= d;
-    t.end = n;
-    return t;
-  }
+  tf::TensorInfo info() const { return tftest::make_tensor(name, tf::DType::BF16, shape); }
 };
 
 // What a row expects: a slice [start:stop] of `dim`, the whole tensor, nothing, or an error.
@@ -174,27 +165,32 @@ TEST_CASE("tp: Llama, Mistral, Qwen2, Gemma follow vLLM's column/row/vocab/repli
 }
 
 TEST_CASE("tp: vocabulary rows are padded to 64 as vLLM does; the last ranks get fewer, even none") {
-  // 1000 rows padded to 1024, 4 ranks of 256: the last holds 232 real rows.
-  check_row({"llama3-8b", "model.embed_tokens.weight", {1000, 16}, 3, 4, Want::Slice, 0, 768, 1000, "vocab"});
-  // 100 rows padded to 128 over 64 ranks of 2: rank 50 holds rows 100..100 (none).
-  check_row({"llama3-8b", "lm_head.weight", {100, 16}, 50, 64, Want::Slice, 0, 100, 100, "vocab"});
-  // 64 padded rows over 128 ranks: does not divide.
-  check_row({"llama3-8b", "lm_head.weight", {64, 16}, 0, 128, Want::Error, 0, 0, 0, "padded to 64"});
+  const std::vector<Row> rows = {
+      // 1000 rows padded to 1024, 4 ranks of 256: the last holds 232 real rows.
+      {"llama3-8b", "model.embed_tokens.weight", {1000, 16}, 3, 4, Want::Slice, 0, 768, 1000, "vocab"},
+      // 100 rows padded to 128 over 64 ranks of 2: rank 50 holds rows 100..100 (none).
+      {"llama3-8b", "lm_head.weight", {100, 16}, 50, 64, Want::Slice, 0, 100, 100, "vocab"},
+      // 64 padded rows over 128 ranks: does not divide.
+      {"llama3-8b", "lm_head.weight", {64, 16}, 0, 128, Want::Error, 0, 0, 0, "padded to 64"},
+  };
+  for (const auto& row : rows) check_row(row);
 }
 
 TEST_CASE("tp: Phi-3's fused qkv_proj and gate_up_proj are errors naming the tensor, unless a rule says") {
-  check_row({"phi3-mini", "model.layers.0.self_attn.qkv_proj.weight", {9216, 3072}, 0, 4, Want::Error, 0, 0, 0, "fused"});
-  check_row({"phi3-mini", "model.layers.0.mlp.gate_up_proj.weight", {16384, 3072}, 1, 4, Want::Error, 0, 0, 0, "gate_up_proj"});
-  // The rest of Phi-3 follows the convention.
-  check_row({"phi3-mini", "model.layers.0.self_attn.o_proj.weight", {3072, 3072}, 1, 4, Want::Slice, 1, 768, 1536, "o_proj"});
+  const std::vector<Row> rows = {
+      {"phi3-mini", "model.layers.0.self_attn.qkv_proj.weight", {9216, 3072}, 0, 4, Want::Error, 0, 0, 0, "fused"},
+      {"phi3-mini", "model.layers.0.mlp.gate_up_proj.weight", {16384, 3072}, 1, 4, Want::Error, 0, 0, 0, "gate_up_proj"},
+      // The rest of Phi-3 follows the convention.
+      {"phi3-mini", "model.layers.0.self_attn.o_proj.weight", {3072, 3072}, 1, 4, Want::Slice, 1, 768, 1536, "o_proj"},
+  };
+  for (const auto& row : rows) check_row(row);
   auto rules = tf::parse_tp_rules(R"({"*.qkv_proj.weight": {"dim": 0}, "*.gate_up_proj.*": "replicate"})", "phi3.json");
   REQUIRE(rules);
-  check_row({"phi3-mini", "model.layers.0.self_attn.qkv_proj.weight", {9216, 3072}, 1, 4, Want::Slice, 0, 2304, 4608,
-             "phi3.json"},
-            *rules);
-  check_row({"phi3-mini", "model.layers.7.mlp.gate_up_proj.weight", {16384, 3072}, 1, 4, Want::Whole, 0, 0, 0,
-             "replicate"},
-            *rules);
+  const std::vector<Row> ruled = {
+      {"phi3-mini", "model.layers.0.self_attn.qkv_proj.weight", {9216, 3072}, 1, 4, Want::Slice, 0, 2304, 4608, "phi3.json"},
+      {"phi3-mini", "model.layers.7.mlp.gate_up_proj.weight", {16384, 3072}, 1, 4, Want::Whole, 0, 0, 0, "replicate"},
+  };
+  for (const auto& row : ruled) check_row(row, *rules);
 }
 
 TEST_CASE("tp: DeepSeek-V3: MLA projections, the router, shared experts, experts by TP or by expert index") {
@@ -279,15 +275,18 @@ TEST_CASE("tp: rules files: first match wins, before the convention; bad files a
   CHECK(rules->rules[1].action == tf::TpAction::Split);
   CHECK(rules->rules[1].dim == 1);
   CHECK(rules->rules[2].action == tf::TpAction::Expert);
-  // Without config.json the rules alone decide.
-  check_row({"", "model.layers.0.self_attn.q_proj.weight", {64, 64}, 1, 2, Want::Whole, 0, 0, 0, "model.layers.0.*"}, *rules);
-  check_row({"", "model.layers.1.self_attn.q_proj.weight", {64, 64}, 1, 2, Want::Slice, 1, 32, 64, "*.q_proj.weight"}, *rules);
-  check_row({"", "anything", {6, 3}, 2, 3, Want::Slice, 0, 4, 6, "'*'"}, *rules);
-  check_row({"", "anything", {7, 3}, 2, 3, Want::Error, 0, 0, 0, "(7) does not divide into 3"}, *rules);
-  // "expert" needs the expert count from config.json.
-  check_row({"", "blocks.1.experts.3.w", {4}, 0, 2, Want::Error, 0, 0, 0, "number of experts"}, *rules);
-  check_row({"deepseek-v3", "blocks.1.experts.3.w", {4}, 0, 2, Want::Whole, 0, 0, 0, "expert 3 on rank 0"}, *rules);
-  check_row({"deepseek-v3", "blocks.1.experts.200.w", {4}, 0, 2, Want::NotHeld, 0, 0, 0, "expert 200 on rank 1"}, *rules);
+  const std::vector<Row> rows = {
+      // Without config.json the rules alone decide.
+      {"", "model.layers.0.self_attn.q_proj.weight", {64, 64}, 1, 2, Want::Whole, 0, 0, 0, "model.layers.0.*"},
+      {"", "model.layers.1.self_attn.q_proj.weight", {64, 64}, 1, 2, Want::Slice, 1, 32, 64, "*.q_proj.weight"},
+      {"", "anything", {6, 3}, 2, 3, Want::Slice, 0, 4, 6, "'*'"},
+      {"", "anything", {7, 3}, 2, 3, Want::Error, 0, 0, 0, "(7) does not divide into 3"},
+      // "expert" needs the expert count from config.json.
+      {"", "blocks.1.experts.3.w", {4}, 0, 2, Want::Error, 0, 0, 0, "number of experts"},
+      {"deepseek-v3", "blocks.1.experts.3.w", {4}, 0, 2, Want::Whole, 0, 0, 0, "expert 3 on rank 0"},
+      {"deepseek-v3", "blocks.1.experts.200.w", {4}, 0, 2, Want::NotHeld, 0, 0, 0, "expert 200 on rank 1"},
+  };
+  for (const auto& row : rows) check_row(row, *rules);
   // A split dimension the tensor does not have.
   auto dim3 = tf::parse_tp_rules(R"({"x": {"dim": 3}})", "d.json");
   REQUIRE(dim3);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <initializer_list>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "tensorfetch/byte_range.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/format.hpp"
 
 // Readable failure output for the library's value types.
 namespace Catch {
@@ -95,6 +97,22 @@ void check_error_in(const tensorfetch::Result<T>& r,
   for (std::string_view m : mentions) {
     CHECK_THAT(r.error().message, Catch::Matchers::Contains(std::string(m)));
   }
+}
+
+/// A hand-made header entry: `name`, `dtype`, `shape`, its data at `begin` of the data section
+/// (and as long as its elements need). A TensorInfo is a view: its name and shape are kept alive
+/// here for the whole test run. Not thread-safe (the unit tests run on one thread).
+inline tensorfetch::TensorInfo make_tensor(std::string_view name, tensorfetch::DType dtype,
+                                           std::vector<std::uint64_t> shape, std::uint64_t begin = 0) {
+  static std::deque<std::string> names;
+  static std::deque<std::vector<std::uint64_t>> shapes;
+  tensorfetch::TensorInfo t;
+  t.name = names.emplace_back(name);
+  t.dtype = dtype;
+  t.shape = shapes.emplace_back(std::move(shape));
+  t.begin = begin;
+  t.end = begin + t.num_elements() * tensorfetch::dtype_bits(dtype) / 8;
+  return t;
 }
 
 }  // namespace tftest

@@ -10,22 +10,12 @@ build=${1:-build-bench}
 shards=${2:-30}
 latency=${3:-50}
 runs=${4:-5}
-[[ -f $build/build.ninja ]] || meson setup "$build" --buildtype=release >/dev/null
-ninja -C "$build" tools/tensorfetch/tensorfetch tools/gen/tensorfetch-make-checkpoint \
-  tools/hubserver/tensorfetch-test-server >/dev/null
-tf=$build/tools/tensorfetch/tensorfetch
-work=$(mktemp -d /tmp/tf-bench-remote-XXXXXX)
-trap 'kill $server_pid 2>/dev/null || true; rm -rf "$work"' EXIT
-"$build/tools/gen/tensorfetch-make-checkpoint" -o "$work/root/bench/sharded" --layers 60 --hidden 64 \
-  --vocab 256 --shards "$shards" >/dev/null
-"$build/tools/gen/tensorfetch-make-checkpoint" -o "$work/root/bench/single" --layers 4 --hidden 64 \
-  --vocab 256 --shards 1 >/dev/null
-
-"$build/tools/hubserver/tensorfetch-test-server" --root "$work/root" --latency-ms "$latency" \
-  --log "$work/log.jsonl" > "$work/endpoint" &
-server_pid=$!
-for _ in $(seq 100); do [[ -s $work/endpoint ]] && break; sleep 0.05; done
-endpoint=$(head -n1 "$work/endpoint")
+source tools/bench/bench_lib.sh
+bench_build "$build"
+bench_workdir remote
+"$gen" -o "$work/root/bench/sharded" --layers 60 --hidden 64 --vocab 256 --shards "$shards" >/dev/null
+"$gen" -o "$work/root/bench/single" --layers 4 --hidden 64 --vocab 256 --shards 1 >/dev/null
+bench_start_server --latency-ms "$latency"
 
 measure() {  # REPO GOAL_ROUND_TRIPS GOAL_REQUESTS
   local repo=$1 goal_rt=$2 goal_req=$3 best=""

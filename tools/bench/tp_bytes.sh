@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Bytes each tensor-parallel rank moves (issue 12, part A): a generated Llama-shaped checkpoint
 # (GQA, MLP 3.5 x hidden) served by the Hub-like test server; `tensorfetch get --tp R/N` for every
-# rank, each with a fresh cache, with the default --coalesce-gap (1 MiB) and with 0. Prints, per
-# rank, the tensor-data bytes moved (from the server's log, headers left out) against what the
-# rank needs (`inspect --tp N --json`), the ratio (goal: <= 1.02), and the requests sent.
+# rank, each with a fresh cache, with the default --coalesce-gap (1 MiB, within the default
+# --coalesce-overfetch of 1%) and with 0. Prints, per rank, the tensor-data bytes moved (from the
+# server's log, headers left out) against what the rank needs (`inspect --tp N --json`), the ratio (goal: <= 1.02), and the requests sent.
 # Usage: tools/bench/tp_bytes.sh [BUILD_DIR] [WORLD] [LAYERS] [HIDDEN]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,21 +11,13 @@ build=${1:-build-bench}
 world=${2:-4}
 layers=${3:-4}
 hidden=${4:-1024}
-[[ -f $build/build.ninja ]] || meson setup "$build" --buildtype=release >/dev/null
-ninja -C "$build" tools/tensorfetch/tensorfetch tools/gen/tensorfetch-make-checkpoint \
-  tools/hubserver/tensorfetch-test-server >/dev/null
-tf=$build/tools/tensorfetch/tensorfetch
-work=$(mktemp -d /tmp/tf-bench-tp-XXXXXX)
-server_pid=""
-trap '[[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null; rm -rf "$work"' EXIT
-"$build/tools/gen/tensorfetch-make-checkpoint" -o "$work/root/bench/llama" --layers "$layers" --hidden "$hidden" \
+source tools/bench/bench_lib.sh
+bench_build "$build"
+bench_workdir tp
+"$gen" -o "$work/root/bench/llama" --layers "$layers" --hidden "$hidden" \
   --intermediate $((hidden * 7 / 2)) --heads $((hidden / 64)) --kv-heads $((hidden / 256)) --vocab 32000 \
   --shards 2 >/dev/null
-
-"$build/tools/hubserver/tensorfetch-test-server" --root "$work/root" --log "$work/log.jsonl" > "$work/endpoint" &
-server_pid=$!
-for _ in $(seq 100); do [[ -s $work/endpoint ]] && break; sleep 0.05; done
-endpoint=$(head -n1 "$work/endpoint")
+bench_start_server
 
 "$tf" inspect hf://bench/llama --tp "$world" --json --endpoint "$endpoint" --cache-dir "$work/c-inspect" \
   > "$work/inspect.json"

@@ -100,10 +100,16 @@ void add_fetch_options(CLI::App& command, FetchOptions& options) {
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 34));
   command.add_option("--coalesce-gap", options.coalesce_gap,
-                     "Holes up to this size between wanted ranges are fetched too, saving a request (default 1MiB)")
+                     "Holes up to this size between wanted ranges are fetched too, saving a request (default 1MiB), "
+                     "within --coalesce-overfetch")
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 34));
+  command.add_option("--coalesce-overfetch", options.coalesce_overfetch_percent,
+                     "The holes fetched add up to at most this percentage of the bytes to fetch (or to 64KiB), "
+                     "smallest holes first (default 1)")
+      ->transform(plain_number(false))
+      ->check(CLI::Range(std::uint32_t{0}, std::uint32_t{1000}));
 }
 
 }  // namespace tensorfetch::cli

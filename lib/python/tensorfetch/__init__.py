@@ -16,11 +16,13 @@ mapping (as safetensors' are: a write never reaches the file, the cache or anoth
 they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
 ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
-``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``.
+``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``,
+``coalesce_overfetch_percent``.
 """
 from __future__ import annotations
 
 import fnmatch
+import json
 import numbers
 import os
 import sys
@@ -46,6 +48,7 @@ __version__: str = _tf.__version__
 __all__ = [
     "safe_open",
     "SafeSlice",
+    "TpSelection",
     "FetchProgress",
     "load",
     "inspect",
@@ -72,6 +75,7 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
 _FETCH_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "chunk_size": ("int", 4096, 1 << 34),
     "coalesce_gap": ("int", 0, 1 << 34),
+    "coalesce_overfetch_percent": ("int", 0, 1000),
 }
 
 
@@ -329,6 +333,108 @@ class SafeSlice:
         return f"SafeSlice({self._name!r}, dtype={self._dtype}, shape={self._shape})"
 
 
+def _tp_rules(rules: Union[None, str, "os.PathLike[str]", Dict[str, Any]]) -> Tuple[Optional[str], str]:
+    """A rules file (a path) or its object (a dict) as (JSON text, source name for messages)."""
+    if rules is None:
+        return None, ""
+    if isinstance(rules, dict):
+        return json.dumps(rules), "rules"
+    if isinstance(rules, (str, os.PathLike)):
+        with open(rules, encoding="utf-8") as fh:
+            return fh.read(), os.fspath(rules)
+    raise TypeError(f"rules must be a path or a dict, not {type(rules).__name__}")
+
+
+class TpSelection:
+    """The tensors one rank of a tensor-parallel group holds, as ``safe_open.select_for_rank``
+    returns it: the rank's slice of every split tensor (under its original name, with its
+    sliced shape), the replicated tensors whole, other ranks' experts left out (see
+    ``tensorfetch get --tp``). Nothing is fetched until ``prefetch`` or ``get_tensor``, and
+    then only the rank's byte ranges. Read-only; keeps its checkpoint open."""
+
+    def __init__(self, owner: "safe_open", rank: int, world: int, handle: Any) -> None:
+        self._owner = owner
+        self._sel = handle
+        self.rank = rank
+        self.world = world
+        self._entries: Dict[str, Dict[str, Any]] = {e["name"]: e for e in handle.entries()}
+
+    def keys(self) -> List[str]:
+        """Names of the tensors this rank holds, in natural order (``layers.2`` before ``layers.10``)."""
+        return list(self._entries)
+
+    def get_shape(self, name: str) -> List[int]:
+        """The shape of this rank's part of ``name``."""
+        return list(self._entry(name)["shape"])
+
+    def get_dtype(self, name: str) -> str:
+        """The safetensors dtype of ``name``."""
+        return self._entry(name)["dtype"]
+
+    def slices(self) -> Dict[str, Optional[str]]:
+        """Per tensor, the rank's slice as text (``"[0:128]"``, ``"[:, 256:512]"``), or None
+        when it holds the tensor whole."""
+        return {name: e["slice"] for name, e in self._entries.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this rank holds (what a fetch of it moves, holes aside)."""
+        return sum(e["nbytes"] for e in self._entries.values())
+
+    @property
+    def rule(self) -> str:
+        """The convention and rules applied, as ``__metadata__["tp_rule"]`` of ``get --tp``."""
+        return self._sel.rule
+
+    def metadata(self) -> Dict[str, str]:
+        """``tp_rank``, ``tp_world`` and ``tp_rule``, as ``tensorfetch get --tp`` records them."""
+        return {"tp_rank": str(self.rank), "tp_world": str(self.world), "tp_rule": self.rule}
+
+    def prefetch(self, progress: Union[bool, Callable[[FetchProgress], Any]] = True) -> Dict[str, int]:
+        """Fetches this rank's byte ranges (its slices and the replicated tensors) into the cache
+        in one parallel fetch, as ``safe_open.prefetch`` does. Returns the fetch's figures."""
+        callback, bar = _progress(progress)
+        try:
+            return self._sel.fetch(callback)
+        finally:
+            if bar is not None:
+                bar.finish()
+
+    def plan(self) -> List[Dict[str, Any]]:
+        """The transfers ``prefetch`` would make, without making them (see ``safe_open.plan``)."""
+        return self._sel.plan()
+
+    def get_tensor(self, name: str) -> Any:
+        """This rank's part of ``name`` as a new tensor (a copy), fetched first when remote and
+        not yet cached (only its byte ranges). ``TensorNotFoundError`` for a tensor the rank
+        does not hold."""
+        self._entry(name)
+        return self._owner._to_device(self._sel.get(name, self._owner._fw))
+
+    def get_tensors(self) -> Dict[str, Any]:
+        """Every tensor of the rank, by name (fetched in one parallel fetch first when remote)."""
+        self.prefetch(progress=False)
+        return {name: self.get_tensor(name) for name in self._entries}
+
+    def _entry(self, name: str) -> Dict[str, Any]:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise TensorNotFoundError(f"rank {self.rank} of {self.world} holds no tensor named {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"TpSelection(rank {self.rank} of {self.world}, {len(self._entries)} tensors, {self.nbytes} bytes)"
+
+
 class safe_open:
     """Opens a checkpoint lazily, as ``safetensors.safe_open`` does, from any location the CLI
     opens: a ``.safetensors`` file, a ``*.safetensors.index.json``, a directory, an http(s) URL
@@ -453,6 +559,26 @@ class safe_open:
     def inspect(self) -> Dict[str, Any]:
         """The object ``tensorfetch inspect --json`` prints, as a dict."""
         return self._handle().inspect()
+
+    def select_for_rank(self, rank: int, world: int, rules: Union[None, str, "os.PathLike[str]", Dict[str, Any]] = None,
+                        expert_parallel: bool = False,
+                        names_or_globs: Union[None, str, Iterable[str]] = None) -> TpSelection:
+        """What rank ``rank`` of ``world`` tensor-parallel ranks holds (``tensorfetch get --tp
+        RANK/WORLD``): the Megatron/vLLM convention for the model's ``config.json``, with
+        ``rules`` (a rules file's path, or its object: glob -> ``{"dim": D}`` | ``"replicate"``
+        | ``"expert"``) deciding first; ``expert_parallel`` deals out MoE experts whole.
+        ``names_or_globs`` restricts it to those tensors. A layout neither can split raises
+        ``TensorfetchError`` (code ``Unsplittable``) naming the tensor. Reads no tensor bytes."""
+        for arg, value in (("rank", rank), ("world", world)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise TypeError(f"{arg} must be a non-negative integer, not {value!r}")
+        if not isinstance(expert_parallel, bool):
+            raise TypeError("expert_parallel must be True or False")
+        text, source = _tp_rules(rules)
+        patterns, all_ = _patterns(names_or_globs)
+        handle = self._handle().select_for_rank(int(rank), int(world), text, source, expert_parallel,
+                                                [] if all_ else patterns)
+        return TpSelection(self, int(rank), int(world), handle)
 
     def __repr__(self) -> str:
         state = "closed" if self._ckpt is None else f"{len(self._ckpt.keys())} tensors"

@@ -95,6 +95,9 @@ tf::FetchOptions fetch_options(const py::dict& d) {
   if (d.contains("coalesce_gap") && !d["coalesce_gap"].is_none()) {
     o.coalesce_gap = d["coalesce_gap"].cast<std::uint64_t>();
   }
+  if (d.contains("coalesce_overfetch_percent") && !d["coalesce_overfetch_percent"].is_none()) {
+    o.coalesce_overfetch_percent = d["coalesce_overfetch_percent"].cast<std::uint32_t>();
+  }
   return o;
 }
 
@@ -552,6 +555,68 @@ py::object get_tensor(const py::object& self, const std::string& name, int frame
   return torch_view(h.ckpt, ref, served(&tf::Checkpoint::private_view));
 }
 
+// The bytes of one selection as a new tensor (a copy), fetched first when remote and not yet in
+// the cache (only its byte ranges).
+py::object read_selection(PyCheckpoint& h, const tf::Selection& selection, Framework fw) {
+  const tf::TensorRef& ref = selection.ref;
+  // Resolve the dtype before moving any byte: an unsupported one fails at once.
+  if (fw == Framework::NumPy) {
+    numpy_dtype(h.ckpt, ref);
+  } else {
+    torch_dtype(h.ckpt, ref);
+    framework_shape(h.ckpt, ref, selection.plan.shape);
+  }
+  py::array_t<std::uint8_t> buffer(static_cast<py::ssize_t>(selection.plan.nbytes));
+  std::span<std::byte> out(reinterpret_cast<std::byte*>(buffer.mutable_data()), selection.plan.nbytes);
+  auto read = [&] {
+    py::gil_scoped_release release;
+    return h.ckpt.read(selection, out);
+  };
+  auto r = read();
+  if (!r && r.error().code == tf::ErrorCode::NotFetched && h.ckpt.remote()) {
+    h.fetch({selection}, py::none());
+    r = read();
+  }
+  if (!r) raise(r.error());
+  return from_buffer(h.ckpt, ref, buffer, selection.plan.shape, fw);
+}
+
+// The selection of one rank of a tensor-parallel group (Checkpoint::select_for_rank), holding
+// its checkpoint alive. Read-only once made.
+struct PyRankSelection {
+  std::shared_ptr<PyCheckpoint> owner;
+  std::vector<tf::Selection> selection;
+  std::string rule;  // describe_tp: the convention and rules applied
+
+  const tf::Selection& find(const std::string& name) const {
+    for (const auto& s : selection) {
+      if (s.ref.info->name == name) return s;
+    }
+    raise(tf::Error{tf::ErrorCode::NotFound, owner->ckpt.location() + ": this rank holds no tensor named " + quoted(name)},
+          Origin::Tensor);
+  }
+};
+
+std::shared_ptr<PyRankSelection> select_for_rank(const std::shared_ptr<PyCheckpoint>& h, std::size_t rank,
+                                                 std::size_t world, const std::optional<std::string>& rules_json,
+                                                 const std::string& rules_source, bool expert_parallel,
+                                                 const std::vector<std::string>& patterns) {
+  tf::TpRules rules;
+  if (rules_json) {
+    auto parsed = tf::parse_tp_rules(*rules_json, rules_source);
+    if (!parsed) raise(parsed.error());
+    rules = std::move(*parsed);
+  }
+  rules.expert_parallel = expert_parallel;
+  std::vector<tf::Selector> only;
+  for (const auto& p : patterns) only.push_back(tf::Selector{p, std::nullopt});
+  auto model = h->ckpt.tp_model();
+  if (!model) raise(model.error());
+  auto sel = h->ckpt.select_for_rank(rank, world, rules, only);
+  if (!sel) raise(sel.error(), sel.error().code == tf::ErrorCode::NotFound ? Origin::Tensor : Origin::Other);
+  return std::make_shared<PyRankSelection>(PyRankSelection{h, std::move(*sel), tf::describe_tp(*model, rules)});
+}
+
 // A slice of `name` (a copy): `dims` are (is_index, index, start, stop) per leading dimension,
 // already normalized to the tensor's shape. Only the slice's byte ranges are fetched.
 py::object get_slice(const py::object& self, const std::string& name,
@@ -573,27 +638,7 @@ py::object get_slice(const py::object& self, const std::string& name,
   }
   auto plan = tf::plan_slice(*ref.info, spec);
   if (!plan) raise(plan.error().with_context(h.ckpt.files()[ref.file].path + ": tensor " + quoted(name)));
-  const tf::Selection selection{ref, spec, std::move(*plan)};
-  // Resolve the dtype before moving any byte: an unsupported one fails at once.
-  if (static_cast<Framework>(framework) == Framework::NumPy) {
-    numpy_dtype(h.ckpt, ref);
-  } else {
-    torch_dtype(h.ckpt, ref);
-    framework_shape(h.ckpt, ref, selection.plan.shape);
-  }
-  py::array_t<std::uint8_t> buffer(static_cast<py::ssize_t>(selection.plan.nbytes));
-  std::span<std::byte> out(reinterpret_cast<std::byte*>(buffer.mutable_data()), selection.plan.nbytes);
-  auto read = [&] {
-    py::gil_scoped_release release;
-    return h.ckpt.read(selection, out);
-  };
-  auto r = read();
-  if (!r && r.error().code == tf::ErrorCode::NotFetched && h.ckpt.remote()) {
-    h.fetch({selection}, py::none());
-    r = read();
-  }
-  if (!r) raise(r.error());
-  return from_buffer(h.ckpt, ref, buffer, selection.plan.shape, static_cast<Framework>(framework));
+  return read_selection(h, tf::Selection{ref, spec, std::move(*plan)}, static_cast<Framework>(framework));
 }
 
 py::object metadata_of(const tf::Checkpoint& ckpt) {
@@ -607,6 +652,29 @@ py::object metadata_of(const tf::Checkpoint& ckpt) {
 
 py::object optional_str(const std::optional<std::string>& s) {
   return s ? py::object(py::str(*s)) : py::object(py::none());
+}
+
+// The transfers fetching `selection` would make, as dicts (Checkpoint::plan).
+py::list plan_list(PyCheckpoint& h, const std::vector<tf::Selection>& selection) {
+  tf::Result<std::vector<tf::PlannedTransfer>> r = std::vector<tf::PlannedTransfer>{};
+  {
+    py::gil_scoped_release release;
+    std::lock_guard lock(h.fetch_mutex);
+    r = h.ckpt.plan(selection, h.fetch_defaults);
+  }
+  if (!r) raise(r.error());
+  py::list out;
+  for (const auto& t : *r) {
+    py::dict d;
+    d["file"] = h.ckpt.files()[t.file].path;
+    d["url"] = t.url;
+    d["offset"] = t.range.offset;
+    d["length"] = t.range.length;
+    d["if_match"] = optional_str(t.if_match);
+    d["send_token"] = t.send_token;
+    out.append(d);
+  }
+  return out;
 }
 
 // The object `tensorfetch inspect --json` prints (DESIGN.md, CLI contract), as Python values.
@@ -759,25 +827,7 @@ PYBIND11_MODULE(_tensorfetch, m) {
             } else {
               selection = h.select(patterns);
             }
-            tf::Result<std::vector<tf::PlannedTransfer>> r = std::vector<tf::PlannedTransfer>{};
-            {
-              py::gil_scoped_release release;
-              std::lock_guard lock(h.fetch_mutex);
-              r = h.ckpt.plan(selection, h.fetch_defaults);
-            }
-            if (!r) raise(r.error());
-            py::list out;
-            for (const auto& t : *r) {
-              py::dict d;
-              d["file"] = h.ckpt.files()[t.file].path;
-              d["url"] = t.url;
-              d["offset"] = t.range.offset;
-              d["length"] = t.range.length;
-              d["if_match"] = optional_str(t.if_match);
-              d["send_token"] = t.send_token;
-              out.append(d);
-            }
-            return out;
+            return plan_list(h, selection);
           },
           py::arg("patterns"), py::arg("all"), "The transfers a fetch would make, without making them")
       .def(
@@ -821,5 +871,40 @@ PYBIND11_MODULE(_tensorfetch, m) {
           py::arg("dir"), py::arg("hf_cache"), py::arg("progress"),
           "Fetches every file whole (verified against its sha256 when the server names one) and saves them in DIR")
       .def("inspect", [](const PyCheckpoint& h) { return inspect_dict(h.ckpt); },
-           "The object `tensorfetch inspect --json` prints");
+           "The object `tensorfetch inspect --json` prints")
+      .def("select_for_rank", &select_for_rank, py::arg("rank"), py::arg("world"), py::arg("rules_json"),
+           py::arg("rules_source"), py::arg("expert_parallel"), py::arg("patterns"),
+           "The tensors (and slices) rank RANK of WORLD tensor-parallel ranks holds");
+
+  py::class_<PyRankSelection, std::shared_ptr<PyRankSelection>>(
+      m, "RankSelection", "The selection of one tensor-parallel rank (use tensorfetch.TpSelection)")
+      .def_property_readonly("rule", [](const PyRankSelection& s) { return s.rule; })
+      .def(
+          "entries",
+          [](const PyRankSelection& s) {
+            py::list out;
+            for (const auto& sel : s.selection) {
+              py::dict d;
+              d["name"] = py::str(sel.ref.info->name.data(), sel.ref.info->name.size());
+              d["dtype"] = std::string(tf::to_string(sel.ref.info->dtype));
+              d["shape"] = sel.plan.shape;
+              d["slice"] = sel.slice ? py::object(py::str(tf::to_string(*sel.slice))) : py::object(py::none());
+              d["nbytes"] = sel.plan.nbytes;
+              d["file"] = s.owner->ckpt.files()[sel.ref.file].path;
+              out.append(d);
+            }
+            return out;
+          },
+          "name, dtype, shape (the rank's), slice (None: whole), nbytes, file of every tensor held")
+      .def(
+          "fetch", [](PyRankSelection& s, const py::object& progress) { return stats_dict(s.owner->fetch(s.selection, progress)); },
+          py::arg("progress"), "Fetches the rank's byte ranges into the cache in one parallel fetch")
+      .def("plan", [](PyRankSelection& s) { return plan_list(*s.owner, s.selection); },
+           "The transfers fetch would make, without making them")
+      .def(
+          "get",
+          [](PyRankSelection& s, const std::string& name, int framework) {
+            return read_selection(*s.owner, s.find(name), static_cast<Framework>(framework));
+          },
+          py::arg("name"), py::arg("framework"), "The rank's part of a tensor (a copy); fetched first when remote");
 }
