@@ -91,7 +91,9 @@ TEST_CASE("remote: a sharded Hub repo opens in 3 round trips and 3 + 2 per shard
     if (r.kind == "resolve" && r.file.find("model-0000") != std::string::npos) {
       CHECK(r.revision == commit);  // shards are resolved at the commit, not at "main"
     }
-    if (r.kind == "cdn") CHECK(r.range == "bytes=0-262143");
+    // One read per shard, sized from the index (its tensors' names), not the whole window W:
+    // the headers here are 2-6 KB.
+    if (r.kind == "cdn") CHECK((r.range == "bytes=0-16383" || r.range == "bytes=0-20479"));
   }
   for (const auto& file : ckpt->files()) {
     CHECK(file.etag == "\"" + f.server.file_sha256("org/llama-tiny-sharded", file.path) + "\"");
