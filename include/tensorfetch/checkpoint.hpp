@@ -66,8 +66,10 @@ struct OpenOptions {
   std::optional<std::string> token;
   /// CA bundle for TLS; empty: `$CURL_CA_BUNDLE`, else the system's. Verification is always on.
   std::string ca_file;
-  /// Bytes asked for by the first range request of each file (W); a second request follows only
-  /// when the header is larger.
+  /// Bytes asked for by the first range request of each file (W); a shard named by an index
+  /// asks for less when the index says its header is smaller (its tensors' names + 160 bytes
+  /// each, + 8 KiB, a quarter more; at least 16 KiB). A second request follows only when the
+  /// header is larger.
   std::uint64_t header_window = 256 << 10;
   /// Parallel HTTP transfers of tensor data, each on its own TCP connection. 32: measured
   /// against a per-connection cap of 8 MiB/s over TLS at 20 ms RTT (tools/bench/real_network.sh),

@@ -19,6 +19,7 @@
 
 #include "base/text.h"
 #include "checkpoint/checkpoint_internal.h"
+#include "format/index_internal.h"
 #include "hub/environment.h"
 #include "hub/file_facts.h"
 #include "hub/hf_cache.h"
@@ -99,6 +100,8 @@ struct Remote {
   std::string repo_path;
   std::string hf_repo_dir;                       // HF_HUB_CACHE/models--ORG--NAME ("" = none)
   std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
+  // Per file, the first read of its header when an index sized it (see `first_window`).
+  std::vector<std::uint64_t> index_windows;
 
   Remote(Checkpoint::Impl& into, const OpenOptions& open_options, detail::Location where)
       : impl(into), options(open_options), client(open_client(open_options)), location(std::move(where)) {}
@@ -170,7 +173,8 @@ struct Remote {
 
   // Where a file's header bytes were received: fills size, etag, url of `file`; returns the
   // bytes and what later range requests need.
-  Result<RemoteFileState> file_prefix(const HttpResponse& r, CheckpointFile& file, const std::string& what) {
+  Result<RemoteFileState> file_prefix(const HttpResponse& r, CheckpointFile& file, const std::string& what,
+                                      std::uint64_t asked) {
     std::uint64_t size = 0;
     if (r.status == 206) {
       size = r.content_range->total;
@@ -189,7 +193,7 @@ struct Remote {
       // HTTP client retried the other 416s as the CDN faults they are.
       return fail(ErrorCode::FileTooSmall, what + ": the file is empty (HTTP 416 for bytes=0-): " + r.url);
     } else if (r.status == 416) {
-      return fail(ErrorCode::Network, what + ": HTTP 416 for bytes 0-" + std::to_string(window() - 1) + " of a file of " +
+      return fail(ErrorCode::Network, what + ": HTTP 416 for bytes 0-" + std::to_string(asked - 1) + " of a file of " +
                                           std::to_string(*known_size(r)) + " bytes, after " + std::to_string(r.attempts) +
                                           " attempts (a CDN fault that persisted; try again later): " + r.url);
     } else {
@@ -217,6 +221,13 @@ struct Remote {
   }
 
   std::uint64_t window() const { return std::max<std::uint64_t>(options.header_window, 64); }
+
+  // The first read of file `i`'s header: W, or less for a shard whose header the index says is
+  // smaller (a shard's first window crosses the open's one multiplexed connection with all the
+  // others before any tensor byte moves; what it holds past the header is not needed yet).
+  std::uint64_t first_window(std::size_t i) const {
+    return i < index_windows.size() ? std::min(window(), index_windows[i]) : window();
+  }
 
   // The file's size as a 416 response says it (`bytes */N`) or a redirect hop named it
   // (X-Linked-Size).
@@ -274,7 +285,8 @@ struct Remote {
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < states.size(); ++i) {
       if (states[i]) continue;
-      reqs.push_back(request(impl.files[i].info.url, ByteRange{0, window()}, window()));
+      const std::uint64_t w = first_window(i);
+      reqs.push_back(request(impl.files[i].info.url, ByteRange{0, w}, w));
       which.push_back(i);
     }
     auto results = client.perform(reqs);
@@ -282,7 +294,7 @@ struct Remote {
       const std::size_t i = which[k];
       const std::string what = impl.files[i].info.path;
       if (!results[k]) return fail(results[k].error().with_context(what));
-      auto state = file_prefix(*results[k], impl.files[i].info, what);
+      auto state = file_prefix(*results[k], impl.files[i].info, what, first_window(i));
       if (!state) return fail(state.error());
       states[i] = std::move(*state);
     }
@@ -369,6 +381,7 @@ struct Remote {
     impl.index_text = text;
     impl.files.reserve(impl.index->shards.size());
     for (const auto& shard : impl.index->shards) add_file(shard, shard_url(shard));
+    index_windows = detail::estimate_shard_header_sizes(*impl.index);
     return {};
   }
 
@@ -531,7 +544,7 @@ struct Remote {
       return use_index(r.body, path, [&](const std::string& shard) { return resolve(rev, dir + shard); });
     }
     CheckpointFile file{path, 0, std::nullopt, resolve(rev, path), std::nullopt};
-    auto state = file_prefix(r, file, path);
+    auto state = file_prefix(r, file, path, window());
     if (!state) return fail(state.error());
     state->resolve_url = resolve(rev, path);  // resolved again (expired URLs) at the pinned commit
     impl.files.push_back(OpenFile{std::move(file), {}, {}, {}});

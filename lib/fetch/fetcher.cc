@@ -71,19 +71,38 @@ class Committer {
       pending_bytes_ = 0;
       const bool last = stopping_;
       lock.unlock();
-      for (auto& [blob, ranges] : batch) {
-        auto r = blob->commit(normalize(std::move(ranges)));
+      commit_batch(batch);
+      lock.lock();
+      if (last && pending_.empty()) return;
+    }
+  }
+
+  // Commits each blob of `batch`, up to kCommitThreads blobs at once: a commit waits for the
+  // disk (the blob's data, then its extent map and directory), and blobs wait independently, so
+  // the last commit of a fetch of several files costs about one blob's flushes, not their sum.
+  void commit_batch(std::map<Blob*, std::vector<ByteRange>>& batch) {
+    std::vector<std::map<Blob*, std::vector<ByteRange>>::value_type*> items;
+    items.reserve(batch.size());
+    for (auto& item : batch) items.push_back(&item);
+    std::atomic<std::size_t> next{0};
+    auto work = [&] {
+      for (std::size_t i = next++; i < items.size(); i = next++) {
+        Blob* blob = items[i]->first;
+        auto r = blob->commit(normalize(std::move(items[i]->second)));
         if (r) r = blob->advance_hash();  // overlaps verification with the transfers
         if (!r) {
           std::lock_guard g(mutex_);
           if (!error_) error_ = r.error();
         }
       }
-      lock.lock();
-      if (last && pending_.empty()) return;
-    }
+    };
+    std::vector<std::thread> helpers;
+    for (std::size_t t = 1; t < std::min(items.size(), kCommitThreads); ++t) helpers.emplace_back(work);
+    work();
+    for (auto& h : helpers) h.join();
   }
 
+  static constexpr std::size_t kCommitThreads = 8;
   std::uint64_t batch_bytes_;
   std::chrono::milliseconds interval_;
   mutable std::mutex mutex_;

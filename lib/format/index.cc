@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/text.h"
+#include "format/index_internal.h"
 #include "format/json_internal.h"
 #include "tensorfetch/index.hpp"
 
@@ -153,3 +154,17 @@ Result<ShardIndex> parse_index(std::span<const std::byte> json) {
 }
 
 }  // namespace tensorfetch
+
+namespace tensorfetch::detail {
+
+std::vector<std::uint64_t> estimate_shard_header_sizes(const ShardIndex& index) {
+  std::vector<std::uint64_t> bytes(index.shards.size(), 0);
+  for (const auto& [name, shard] : index.weight_map) bytes[shard] += name.size() + kHeaderBytesPerTensor;
+  for (auto& b : bytes) {
+    const std::uint64_t padded = (8 + b + kHeaderMetadataRoom) * 5 / 4;
+    b = std::max(kMinHeaderEstimate, (padded + 4095) / 4096 * 4096);
+  }
+  return bytes;
+}
+
+}  // namespace tensorfetch::detail

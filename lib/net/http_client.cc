@@ -406,6 +406,18 @@ std::optional<long> retry_after_ms(const Headers& headers, long long now) {
   return std::nullopt;
 }
 
+bool SeenProtocols::wait_for(std::string_view url) const {
+  if (!url.starts_with("https://")) return false;
+  if (auto it = h2.find(url_authority(url)); it != h2.end()) return it->second;
+  return last_h2.value_or(false);
+}
+
+void SeenProtocols::saw(std::string_view url, bool spoke_h2) {
+  if (!url.starts_with("https://")) return;
+  h2[url_authority(url)] = spoke_h2;
+  last_h2 = spoke_h2;
+}
+
 namespace {
 
 // What no request may carry to libcurl (see HttpRequest).
@@ -429,6 +441,7 @@ struct HttpClient::Impl {
   CurlMulti multi;
   HttpStats stats;
   std::mt19937_64 rng{std::random_device{}()};
+  SeenProtocols seen;  // which hosts answered over HTTP/2 (whether to wait to multiplex)
 
   explicit Impl(HttpOptions o) : options(std::move(o)) {
     global_init();
@@ -481,9 +494,7 @@ struct HttpClient::Impl {
     // transfer per TCP connection.
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION,
                      static_cast<long>(options.multiplex ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1));
-    // Waiting for a connection that may multiplex only pays off where HTTP/2 can be negotiated
-    // (TLS with ALPN); over plain HTTP/1.1 it would serialize parallel requests.
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, options.multiplex && t.url.starts_with("https://") ? 1L : 0L);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, options.multiplex && seen.wait_for(t.url) ? 1L : 0L);
     if (options.share) curl_easy_setopt(e, CURLOPT_SHARE, options.share->handle());
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, options.connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
@@ -514,6 +525,16 @@ struct HttpClient::Impl {
     t.headers.reset(h);
     if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
     curl_multi_add_handle(multi.get(), e);
+  }
+
+  // Learns whether the host of the attempt's URL spoke HTTP/2 (see `SeenProtocols`).
+  void learn_protocol(const Transfer& t) {
+    long version = CURL_HTTP_VERSION_NONE;
+    if (curl_easy_getinfo(t.easy.get(), CURLINFO_HTTP_VERSION, &version) != CURLE_OK ||
+        version == CURL_HTTP_VERSION_NONE) {
+      return;
+    }
+    seen.saw(t.url, version == CURL_HTTP_VERSION_2_0);
   }
 
   void finish_attempt(Transfer& t) {
@@ -797,6 +818,7 @@ struct HttpClient::Impl {
         const CURLcode code = msg->data.result;
         long wait_ms = 0;
         std::optional<Result<HttpResponse>> result;
+        learn_protocol(*t);  // before `evaluate` moves a redirected transfer's URL on
         const Next next = evaluate(*t, code, result, wait_ms);
         finish_attempt(*t);
         --active;
@@ -930,6 +952,7 @@ std::optional<TransferState> HttpClient::state(std::size_t id) const { return im
 std::size_t HttpClient::active() const noexcept { return impl_->active; }
 
 const HttpStats& HttpClient::stats() const noexcept { return impl_->stats; }
+const SeenProtocols& HttpClient::seen_protocols() const noexcept { return impl_->seen; }
 const HttpOptions& HttpClient::options() const noexcept { return impl_->options; }
 
 }  // namespace tensorfetch::detail

@@ -177,6 +177,25 @@ struct TransferState {
   double first_byte_seconds = 0;
 };
 
+/// Which HTTPS hosts answered over HTTP/2, to decide whether a multiplexing client's request
+/// waits for a connection it may share (libcurl's PIPEWAIT) or opens its own. Waiting pays off
+/// toward a host that multiplexes (one handshake for many requests); toward a host that answers
+/// HTTP/1.1 every waiting request pays the first connection's TCP + TLS handshakes and then
+/// opens its own anyway. A plain value, not thread-safe.
+struct SeenProtocols {
+  std::map<std::string, bool> h2;  ///< per authority (scheme://host:port): answered over HTTP/2
+  std::optional<bool> last_h2;     ///< whether the host that answered last spoke HTTP/2
+
+  /// Wait to multiplex toward `url`'s host: an https host seen to speak HTTP/2; never one seen
+  /// to speak HTTP/1.1, nor plain http; a host not seen yet only when the one that answered
+  /// last spoke HTTP/2 (a Hub that speaks it redirects to a CDN that does) — not while nothing
+  /// has answered (the first requests of a run each open a connection rather than wait a
+  /// handshake to learn whether they could have shared one). Pure.
+  [[nodiscard]] bool wait_for(std::string_view url) const;
+  /// Records that `url`'s host answered over HTTP/2 (`spoke_h2`) or HTTP/1.x; https only.
+  void saw(std::string_view url, bool spoke_h2);
+};
+
 /// A libcurl multi client. Not thread-safe: one thread drives `perform` or `run` (and calls
 /// `submit`, `shorten` and `state`, also from inside their callbacks).
 class HttpClient {
@@ -232,6 +251,9 @@ class HttpClient {
 
   /// Counters since construction.
   [[nodiscard]] const HttpStats& stats() const noexcept;
+
+  /// The HTTPS hosts' protocols seen since construction (whether requests wait to multiplex).
+  [[nodiscard]] const SeenProtocols& seen_protocols() const noexcept;
 
   /// The options in force.
   [[nodiscard]] const HttpOptions& options() const noexcept;

@@ -38,8 +38,9 @@ using tftest::total;
 
 namespace {
 
-// Bytes tf_open reads of each remote file (the header window, 256 KiB): a fetch or a plan
-// records them in the file's cache entry, so they are never planned again.
+// The most tf_open reads of a remote file (the header window, 256 KiB; a shard named by an
+// index gets a smaller first read sized from the index): a fetch or a plan records what was
+// read in the file's cache entry, so it is never planned again.
 constexpr std::uint64_t kHeaderWindow = 256 << 10;
 
 // The repos, made once per process: ref/tiny-sharded (the reference checkpoint: 3 shards,
@@ -87,13 +88,33 @@ std::size_t pieces_of(const std::vector<Ranges>& sets, std::uint64_t chunk) {
   return n;
 }
 
-// Per file: `wanted` minus the header window and minus `cached` (in file `cached_file`), holes
-// of at most `gap` joined.
-std::vector<Ranges> expected_plan(const std::vector<Ranges>& wanted, const Source& src, std::size_t cached_file,
-                                  const ByteRange& cached, std::uint64_t gap) {
+// Per file of `c`: the bytes its open read (the first range the server's log shows the CDN
+// answering for it, bytes=0-X), at most kHeaderWindow.
+std::vector<std::uint64_t> opened_bytes(const ServerFixture& fx, tf_checkpoint* c) {
+  std::vector<std::uint64_t> out;
+  const auto log = fx.server->log();
+  for (std::size_t f = 0; f < tf_file_count(c); ++f) {
+    std::uint64_t n = 0;
+    for (const auto& r : log) {
+      if (r.kind == "cdn" && r.file == tf_file_path(c, f) && r.range.starts_with("bytes=0-")) {
+        n = std::stoull(r.range.substr(8)) + 1;
+        break;
+      }
+    }
+    REQUIRE(n > 0);
+    REQUIRE(n <= kHeaderWindow);
+    out.push_back(std::min(n, tf_file_size(c, f)));
+  }
+  return out;
+}
+
+// Per file: `wanted` minus what open read (`opened`) and minus `cached` (in file
+// `cached_file`), holes of at most `gap` joined.
+std::vector<Ranges> expected_plan(const std::vector<Ranges>& wanted, const std::vector<std::uint64_t>& opened,
+                                  std::size_t cached_file, const ByteRange& cached, std::uint64_t gap) {
   std::vector<Ranges> out;
-  for (std::size_t f = 0; f < src.files(); ++f) {
-    Ranges have{{0, std::min(src.size(f), kHeaderWindow)}};
+  for (std::size_t f = 0; f < opened.size(); ++f) {
+    Ranges have{{0, opened[f]}};
     if (f == cached_file) have.push_back(cached);
     out.push_back(coalesced(minus(wanted[f], have), gap));
   }
@@ -531,6 +552,7 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
   const Source src = load_sources(c, repos().gen);
   REQUIRE(src.files() == 2);
   const std::vector<Ranges> wanted = wanted_ranges(c, src, {"model.layers."});
+  const std::vector<std::uint64_t> opened = opened_bytes(fx, c);
   CHECK(wanted[0].size() == 1);  // layer 0 in one file, layer 1 in the other
   CHECK(wanted[1].size() == 1);
   const char* const glob[] = {"model.layers.*"};
@@ -553,7 +575,7 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
   SECTION("64 KiB transfers, no coalescing across holes: the selection minus the cache, made by the download manager") {
     tf_fetch_options fetch = fetch_options(kKeep, 65536, 1);
     Plan plan = make_plan(c, glob, 1, &fetch);
-    const auto expected = expected_plan(wanted, src, one_file, one_range, 1);
+    const auto expected = expected_plan(wanted, opened, one_file, one_range, 1);
     CHECK(expected[one_file].size() == 2);  // the cached tensor is a hole
     const auto got = plan_ranges(plan.get(), src, 65536);
     CHECK(got == expected);
@@ -594,7 +616,7 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
       INFO("coalesce_gap " << gap << ", hole " << one_range.length);
       tf_fetch_options fetch = fetch_options(1, kKeep, gap);
       Plan plan = make_plan(c, glob, 1, &fetch);
-      const auto expected = expected_plan(wanted, src, one_file, one_range, gap);
+      const auto expected = expected_plan(wanted, opened, one_file, one_range, gap);
       const bool joined = gap == one_range.length;
       CHECK(expected[one_file].size() == (joined ? 1u : 2u));
       const auto got = plan_ranges(plan.get(), src, 8u << 20);
@@ -606,7 +628,7 @@ TEST_CASE("C API remote: a download manager plans a glob (tf_plan_fetch) and mak
   SECTION("an odd chunk size (10007): still the fewest transfers, none longer") {
     tf_fetch_options fetch = fetch_options(kKeep, 10007, 1);
     Plan plan = make_plan(c, glob, 1, &fetch);
-    const auto expected = expected_plan(wanted, src, one_file, one_range, 0);
+    const auto expected = expected_plan(wanted, opened, one_file, one_range, 0);
     CHECK(plan_ranges(plan.get(), src, 10007) == expected);
     CHECK(tf_plan_count(plan.get()) == pieces_of(expected, 10007));
   }
@@ -719,6 +741,7 @@ TEST_CASE("C API remote: one connection and per-file progress: the files' figure
   Checkpoint ckpt = fx.open("gen/model", "cache-progress");
   tf_checkpoint* c = ckpt.get();
   const Source src = load_sources(c, repos().gen);
+  const std::vector<std::uint64_t> opened = opened_bytes(fx, c);
   Error err;
   tf_fetch_options fetch = fetch_options(1, 65536, kKeep);
   fetch.progress = log_files;
@@ -756,7 +779,7 @@ TEST_CASE("C API remote: one connection and per-file progress: the files' figure
   REQUIRE(log.last.size() == src.files());
   std::vector<Ranges> rest;
   for (std::size_t f = 0; f < src.files(); ++f) {
-    const std::uint64_t start = std::min(src.size(f), kHeaderWindow);
+    const std::uint64_t start = opened[f];
     Ranges r{{start, src.size(f) - start}};
     if (f == tf_tensor_file_index(c, index)) r = minus(r, {lm});
     rest.push_back(r);

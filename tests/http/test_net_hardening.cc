@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <span>
 #include <thread>
 
@@ -329,4 +330,58 @@ TEST_CASE("fetch from a dripping server: exit-3 error, nothing partial served, a
   view = ckpt->view(ckpt->tensors()[0]);
   REQUIRE(view);
   CHECK(std::string(reinterpret_cast<const char*>(view->bytes.data()), view->bytes.size()) == data);
+}
+
+TEST_CASE("net: a request waits to multiplex only toward a host seen to speak HTTP/2, or a new host after one that "
+          "did (SeenProtocols)", "[net][multiplex]") {
+  using tensorfetch::detail::SeenProtocols;
+  const std::string hub = "https://hub.example", cdn = "https://cdn.example/x", other = "https://other.example:8443/y";
+  SeenProtocols seen;
+  // Nothing answered yet: no wait (the first requests open a connection each).
+  CHECK_FALSE(seen.wait_for(hub + "/a"));
+  CHECK_FALSE(seen.wait_for("http://plain.example/a"));
+  seen.saw(hub + "/index.json", true);
+  CHECK(seen.wait_for(hub + "/shard"));  // seen to multiplex
+  CHECK(seen.wait_for(cdn));             // not seen, after an HTTP/2 answer
+  seen.saw(cdn, false);
+  CHECK_FALSE(seen.wait_for(cdn));    // seen to answer HTTP/1.1
+  CHECK(seen.wait_for(hub + "/b"));   // still HTTP/2
+  CHECK_FALSE(seen.wait_for(other));  // not seen, after an HTTP/1.1 answer
+  seen.saw("http://plain.example/a", true);  // plain http is never waited for, nor recorded
+  CHECK_FALSE(seen.wait_for("http://plain.example/a"));
+  CHECK(seen.h2.size() == 2);
+}
+
+TEST_CASE("net: over an HTTP/1.1-only TLS Hub and CDN, a multiplexing client learns both speak HTTP/1.1 and sends "
+          "parallel requests on a connection each", "[net][tls][multiplex]") {
+  TempDir certs;
+  const auto tls = tensorfetch::testing::generate_self_signed_cert(certs.path() / "tls");
+  Options o;
+  o.tls_cert = tls.cert;
+  o.tls_key = tls.key;
+  o.latency_ms = 100;  // every request still in flight when the others start: no connection reuse
+  Fixture hub(o);
+  HttpOptions options = quick_options();
+  options.ca_file = tls.cert.string();
+  options.multiplex = true;
+  HttpClient client(options);
+  const std::string url = hub.server->endpoint() + "/org/small/resolve/main/model.safetensors";
+  std::vector<HttpRequest> requests(8);
+  for (auto& r : requests) {
+    r.url = url;  // a resolve on the Hub, redirected to the CDN host
+    r.range = tensorfetch::ByteRange{0, 4096};
+  }
+  for (const auto& r : client.perform(requests)) {
+    REQUIRE(r);
+    CHECK(r->status == 206);
+  }
+  const auto& seen = client.seen_protocols();
+  INFO(log_text(hub.server->log()));
+  REQUIRE(seen.h2.size() == 2);  // the Hub and the CDN host
+  for (const auto& [authority, h2] : seen.h2) CHECK_FALSE(h2);
+  CHECK_FALSE(seen.wait_for(url));
+  std::set<int> hub_ports, cdn_ports;
+  for (const auto& r : hub.server->log()) (r.kind == "cdn" ? cdn_ports : hub_ports).insert(r.client_port);
+  CHECK(hub_ports.size() == requests.size());
+  CHECK(cdn_ports.size() == requests.size());
 }

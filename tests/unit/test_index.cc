@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/index_internal.h"
 #include "tensorfetch/format.hpp"
 #include "tensorfetch/index.hpp"
 #include "test_util.hpp"
@@ -282,4 +283,61 @@ TEST_CASE("shard names: names that could escape the directory are refused (Unsaf
   // The message names the shard when it is printable.
   CHECK_ERROR(tf::check_shard_name("a/../secret.safetensors"), ErrorCode::UnsafeShardName,
               "a/../secret.safetensors");
+}
+
+TEST_CASE("index: a shard's first header read is estimated from the names the index maps to it", "[index][estimate]") {
+  using tf::detail::estimate_shard_header_sizes;
+  struct Row {
+    const char* what;
+    std::vector<std::pair<std::size_t, std::size_t>> tensors;  // (shard, name length) per tensor
+    std::vector<std::uint64_t> want;
+  };
+  // (8 + sum(name + 160) + 8192) * 5 / 4, rounded up to 4 KiB, at least 16 KiB.
+  const std::vector<Row> rows = {
+      {"one short name: the floor", {{0, 1}}, {16 << 10}},
+      {"shards of 1 and 20 tensors", {{0, 10}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40},
+                                      {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40},
+                                      {1, 40}, {1, 40}, {1, 40}, {1, 40}, {1, 40}},
+       {16 << 10, 16 << 10}},
+      {"200 tensors of 60-byte names: (8 + 44000 + 8192) * 1.25 = 65250 -> 65536", {}, {65536}},
+  };
+  for (auto row : rows) {
+    INFO(row.what);
+    if (row.tensors.empty()) row.tensors.assign(200, {0, 60});
+    tf::ShardIndex index;
+    for (std::size_t i = 0; i < row.want.size(); ++i) index.shards.push_back("s" + std::to_string(i));
+    for (std::size_t k = 0; k < row.tensors.size(); ++k) {
+      std::string name = std::to_string(k);
+      name.resize(row.tensors[k].second, 'x');
+      index.weight_map.emplace_back(name, row.tensors[k].first);
+    }
+    CHECK(estimate_shard_header_sizes(index) == row.want);
+  }
+}
+
+TEST_CASE("index: the estimate holds the whole header of shards as writers make them (long names, 4-d shapes, "
+          "large offsets, metadata)", "[index][estimate]") {
+  // The header a safetensors writer makes for `n` tensors named `prefix.K.suffix`, with shapes and
+  // offsets as large as real checkpoints have (up to 405B parameters, 4-d, 12-digit offsets).
+  for (const std::size_t n : {1u, 7u, 100u, 1000u, 5000u}) {
+    INFO(n << " tensors");
+    nlohmann::ordered_json header;
+    header["__metadata__"] = {{"format", "pt"}};
+    tf::ShardIndex index;
+    index.shards = {"model-00001-of-00001.safetensors"};
+    std::uint64_t offset = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::string name = "model.layers." + std::to_string(k) + ".block_sparse_moe.experts.127.w2.weight";
+      const std::uint64_t bytes = 16384ull * 53248 * 2;
+      header[name] = {{"dtype", "F8_E4M3FNUZ"},
+                      {"shape", {16384, 53248, 1024, 4096}},
+                      {"data_offsets", {offset + 400'000'000'000ull, offset + bytes + 400'000'000'000ull}}};
+      offset += bytes;
+      index.weight_map.emplace_back(name, 0);
+    }
+    const std::uint64_t actual = 8 + header.dump().size();
+    const auto estimate = tf::detail::estimate_shard_header_sizes(index);
+    REQUIRE(estimate.size() == 1);
+    CHECK(estimate[0] >= actual);
+  }
 }

@@ -49,7 +49,7 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
   command.add_option("--endpoint", options.endpoint, "Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)");
   command.add_option("--cacert", options.ca_file, "CA bundle for TLS (default: $CURL_CA_BUNDLE or the system's)");
   command.add_option("--window", options.header_window,
-                     "Bytes asked for by the first range request of each file (default 262144)")
+                     "Bytes asked for by the first range request of each file (default 262144; a shard of an index asks for what the index says its header needs, at most this)")
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
