@@ -19,14 +19,17 @@ namespace {
 
 using cluster::ClusterChunk;
 using cluster::Comm;
+using cluster::Delivery;
 using cluster::RankState;
 
-// One piece of a chunk passed on as one MPI message (with a trailing status byte: 1 when the
-// owner could read it from its cache).
+// One MPI message: bytes `ranges` of a chunk's delivery, packed (with a trailing status byte:
+// 1 when the owner could read them from its cache).
 struct Piece {
   const ClusterChunk* chunk = nullptr;
-  ByteRange range;
+  const Delivery* delivery = nullptr;
+  std::vector<ByteRange> ranges;
   int tag = 0;
+  [[nodiscard]] bool broadcast() const { return delivery->ranks.size() > 1; }
 };
 
 class Session {
@@ -260,7 +263,6 @@ Result<void> Session::fetch_share(std::span<const ClusterChunk> plan) {
 
 Result<void> Session::pass_window(std::span<const Piece> window) {
   const std::size_t me = comm_.rank();
-  const std::size_t n = comm_.size();
   std::vector<std::vector<std::byte>> buffers(window.size());
   std::vector<MPI_Request> requests;
   Result<void> local;  // this rank's own failure (reported at the agreement, after the window)
@@ -268,53 +270,59 @@ Result<void> Session::pass_window(std::span<const Piece> window) {
     const Piece& p = window[k];
     const ClusterChunk& c = *p.chunk;
     auto& buf = buffers[k];
-    buf.assign(p.range.length + 1, std::byte{0});
+    const std::uint64_t bytes = detail::total_bytes(p.ranges);
+    buf.assign(bytes + 1, std::byte{0});
     if (c.owner == me) {
-      auto r = ckpt_->read_cached(c.file, p.range.offset, std::span(buf).first(p.range.length));
-      buf.back() = r ? std::byte{1} : std::byte{0};
-      if (!r && local) local = fail(r.error());
+      Result<void> read;
+      std::size_t at = 0;
+      for (const auto& r : p.ranges) {
+        if (read) read = ckpt_->read_cached(c.file, r.offset, std::span(buf).subspan(at, r.length));
+        at += r.length;
+      }
+      buf.back() = read ? std::byte{1} : std::byte{0};
+      if (!read && local) local = fail(read.error());
+      totals_.sent_bytes += bytes * p.delivery->ranks.size();
     }
     const int count = static_cast<int>(buf.size());
     int rc = MPI_SUCCESS;
-    if (c.receivers.size() + 1 == n) {
-      requests.emplace_back();
+    requests.emplace_back();
+    if (p.broadcast()) {
       rc = MPI_Ibcast(buf.data(), count, MPI_BYTE, static_cast<int>(c.owner), comm_.get(), &requests.back());
       ++totals_.broadcasts;
     } else if (c.owner == me) {
-      for (std::size_t to : c.receivers) {
-        requests.emplace_back();
-        if (rc == MPI_SUCCESS) {
-          rc = MPI_Isend(buf.data(), count, MPI_BYTE, static_cast<int>(to), p.tag, comm_.get(), &requests.back());
-        }
-        ++totals_.messages;
-      }
+      const int to = static_cast<int>(p.delivery->ranks.front());
+      rc = MPI_Isend(buf.data(), count, MPI_BYTE, to, p.tag, comm_.get(), &requests.back());
+      ++totals_.messages;
     } else {
-      requests.emplace_back();
       rc = MPI_Irecv(buf.data(), count, MPI_BYTE, static_cast<int>(c.owner), p.tag, comm_.get(), &requests.back());
       ++totals_.messages;
     }
     if (auto r = comm_.check(rc, "passing bytes on over MPI"); !r) return fail(fatal(r.error()));
-    if (c.owner == me) totals_.sent_bytes += p.range.length * c.receivers.size();
   }
   if (auto r = comm_.wait(requests, "passing bytes on over MPI"); !r) return fail(fatal(r.error()));
   // Received: written, then made durable and recorded, per file.
   std::vector<FileRanges> written;
   for (std::size_t k = 0; k < window.size() && local; ++k) {
     const Piece& p = window[k];
+    const std::size_t file = p.chunk->file;
     if (p.chunk->owner == me) continue;
     if (buffers[k].back() != std::byte{1}) {
       local = fail(ErrorCode::Io, "rank " + std::to_string(p.chunk->owner) + " could not read bytes " +
-                                      std::to_string(p.range.offset) + "-" + std::to_string(p.range.end()) +
-                                      " of " + ckpt_->files()[p.chunk->file].path + " from its cache");
+                                      std::to_string(p.ranges.front().offset) + "-" +
+                                      std::to_string(p.ranges.back().end()) + " of " + ckpt_->files()[file].path +
+                                      " from its cache");
       break;
     }
-    if (auto r = ckpt_->store(p.chunk->file, p.range.offset, std::span(buffers[k]).first(p.range.length)); !r) {
-      local = fail(r.error());
-      break;
+    std::size_t at = 0;
+    for (const auto& r : p.ranges) {
+      if (auto w = ckpt_->store(file, r.offset, std::span(buffers[k]).subspan(at, r.length)); !w && local) {
+        local = fail(w.error());
+      }
+      at += r.length;
     }
-    totals_.received_bytes += p.range.length;
-    if (written.empty() || written.back().file != p.chunk->file) written.push_back(FileRanges{p.chunk->file, {}});
-    written.back().ranges.push_back(p.range);
+    totals_.received_bytes += at;
+    if (written.empty() || written.back().file != file) written.push_back(FileRanges{file, {}});
+    written.back().ranges.insert(written.back().ranges.end(), p.ranges.begin(), p.ranges.end());
   }
   for (const auto& w : written) {
     if (!local) break;
@@ -333,30 +341,25 @@ Result<void> Session::pass_on(std::span<const ClusterChunk> plan) {
   // window of every rank it involves), so windows never wait on each other in a cycle.
   std::vector<Piece> window;
   Result<void> local;
+  auto flush = [&]() -> bool {
+    auto r = pass_window(window);
+    window.clear();
+    if (!r && local) local = r;
+    return !comm_.broken();
+  };
   int seq = 0;
   for (const auto& c : plan) {
-    if (c.receivers.empty()) continue;
-    const bool involved = c.receivers.size() + 1 == comm_.size() || c.owner == me ||
-                          std::binary_search(c.receivers.begin(), c.receivers.end(), me);
-    const std::uint64_t n = (c.range.length + piece_size - 1) / piece_size;
-    for (std::uint64_t k = 0; k < n; ++k, ++seq) {
-      if (!involved) continue;
-      const std::uint64_t begin = c.range.offset + c.range.length * k / n;
-      const std::uint64_t end = c.range.offset + c.range.length * (k + 1) / n;
-      window.push_back(Piece{&c, ByteRange{begin, end - begin}, 2 + seq % 30000});
-      if (window.size() == in_flight) {
-        auto r = pass_window(window);
-        if (comm_.broken()) return r;
-        if (!r && local) local = r;
-        window.clear();
+    for (const auto& d : c.deliveries) {
+      const bool involved = d.ranks.size() > 1 || c.owner == me || d.ranks.front() == me;
+      for (auto& ranges : cluster::group(d.ranges, piece_size)) {
+        const int tag = 2 + seq++ % 30000;
+        if (!involved) continue;
+        window.push_back(Piece{&c, &d, std::move(ranges), tag});
+        if (window.size() == in_flight && !flush()) return local;
       }
     }
   }
-  if (!window.empty()) {
-    auto r = pass_window(window);
-    if (comm_.broken()) return r;
-    if (!r && local) local = r;
-  }
+  if (!window.empty() && !flush()) return local;
   TF_PHASE(local, "passing bytes on over MPI");
   return {};
 }

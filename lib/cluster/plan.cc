@@ -16,14 +16,21 @@ std::vector<std::size_t> holders(std::span<const RankState> ranks, std::size_t f
   return out;
 }
 
-// The ranks whose `need` meets `range` of file `file`, except `owner`.
-std::vector<std::size_t> receivers(std::span<const RankState> ranks, std::size_t file, ByteRange range,
-                                   std::size_t owner) {
-  std::vector<std::size_t> out;
-  const ByteRange one[] = {range};
+// Who receives which bytes of `range` of file `file` from `owner`.
+std::vector<Delivery> deliveries(std::span<const RankState> ranks, std::size_t file, ByteRange range,
+                                 std::size_t owner) {
+  std::vector<Delivery> out;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     if (r == owner) continue;
-    if (detail::total_bytes(detail::subtract(one, ranks[r].need[file])) < range.length) out.push_back(r);
+    auto wanted = clip(ranks[r].need[file], range);
+    if (!wanted.empty()) out.push_back(Delivery{{r}, std::move(wanted)});
+  }
+  // Every other rank wants the same bytes: one broadcast.
+  if (out.size() + 1 == ranks.size() && out.size() > 1 &&
+      std::all_of(out.begin(), out.end(), [&](const Delivery& d) { return d.ranges == out.front().ranges; })) {
+    Delivery all{{}, std::move(out.front().ranges)};
+    for (const auto& d : out) all.ranks.push_back(d.ranks.front());
+    out.assign(1, std::move(all));
   }
   return out;
 }
@@ -87,13 +94,44 @@ std::vector<ClusterChunk> plan_cluster(std::span<const RankState> ranks, std::si
         c.from_origin = run.holders.empty();
         c.owner = c.from_origin ? least_loaded(origin_load, everyone) : least_loaded(send_load, run.holders);
         if (c.from_origin) origin_load[c.owner] += c.range.length;
-        c.receivers = receivers(ranks, file, c.range, c.owner);
-        send_load[c.owner] += c.range.length * c.receivers.size();
+        c.deliveries = deliveries(ranks, file, c.range, c.owner);
+        for (const auto& d : c.deliveries) send_load[c.owner] += detail::total_bytes(d.ranges) * d.ranks.size();
         plan.push_back(std::move(c));
       }
     }
   }
   return plan;
+}
+
+std::vector<ByteRange> clip(std::span<const ByteRange> set, ByteRange range) {
+  std::vector<ByteRange> out;
+  // The first range ending after the start of `range`.
+  auto it = std::upper_bound(set.begin(), set.end(), range.offset,
+                             [](std::uint64_t at, const ByteRange& r) { return at < r.end(); });
+  for (; it != set.end() && it->offset < range.end(); ++it) {
+    const std::uint64_t begin = std::max(it->offset, range.offset);
+    const std::uint64_t end = std::min(it->end(), range.end());
+    if (end > begin) out.push_back(ByteRange{begin, end - begin});
+  }
+  return out;
+}
+
+std::vector<std::vector<ByteRange>> group(std::span<const ByteRange> ranges, std::uint64_t limit) {
+  std::vector<std::vector<ByteRange>> out;
+  std::uint64_t room = 0;
+  for (ByteRange r : ranges) {
+    while (r.length > 0) {
+      if (room == 0) {
+        out.emplace_back();
+        room = limit;
+      }
+      const std::uint64_t take = std::min(room, r.length);
+      out.back().push_back(ByteRange{r.offset, take});
+      r = ByteRange{r.offset + take, r.length - take};
+      room -= take;
+    }
+  }
+  return out;
 }
 
 }  // namespace tensorfetch::cluster
