@@ -101,8 +101,10 @@ struct ClusterReport {
 /// sends a heartbeat to the next one while it works), see `abort_on_lost_rank`.
 ///
 /// `comm` is duplicated (it may be used for other work meanwhile) and its error handler left
-/// alone; the duplicates return errors (`MPI_ERRORS_RETURN`). MPI must be initialized (any
-/// thread level: MPI is called from the calling thread only). Not thread-safe.
+/// alone; the duplicates return errors (`MPI_ERRORS_RETURN`). MPI must be initialized, at
+/// `MPI_THREAD_FUNNELED` or above: MPI is called from the calling thread only, while the open and
+/// the fetches run on a thread of their own (the calling one keeps the heartbeats going). Not
+/// thread-safe.
 [[nodiscard]] TENSORFETCH_API Result<ClusterReport> fetch_over_mpi(MPI_Comm comm, std::string_view location,
                                                                    const OpenOptions& open_options,
                                                                    const ClusterOptions& options);

@@ -124,7 +124,11 @@ int run_download_mpi(const DownloadOptions& options) {
 int run_get_mpi(const GetOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   MpiRun mpi;
-  if (options.tp && options.output.find("{rank}") == std::string::npos && options.output != "-") {
+  if (options.output == "-") {
+    return report(Error{ErrorCode::InvalidArgument, "-o - with --mpi: every rank writes its own output, which cannot "
+                                                    "all go to one standard output; name a file (with {rank})"});
+  }
+  if (options.tp && options.output.find("{rank}") == std::string::npos) {
     return report(Error{ErrorCode::InvalidArgument, "--mpi --tp: every rank writes its own slices: put {rank} in -o, e.g. "
                                                     "-o out/rank{rank}.safetensors"});
   }
