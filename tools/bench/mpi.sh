@@ -104,23 +104,25 @@ t_alone=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { print a - b }'); b_alone=$(origi
 printf "  alone      origin %6sx  wall %6.2f s (1.00x)\n" "$(ratio "$b_alone" "$size")" "$t_alone"
 
 reset; t0=$(now)
-for r in 0 1 2 3; do
-  "$tf" download "$url" -o "$work/run/out$r" --cache-dir "$work/run/cache$r" "${common[@]}" &
-done
-wait
-t_apart=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { print a - b }'); b_apart=$(origin_bytes)
-printf "  4 apart    origin %6sx  wall %6.2f s (%sx alone)\n" "$(ratio "$b_apart" "$size")" "$t_apart" "$(ratio "$t_apart" "$t_alone")"
-
-reset; t0=$(now)
 "${mpi[@]}" "$tf" download "$url" --mpi -o "$work/run/out{rank}" --cache-dir "$work/run/cache{rank}" \
   --connections "$connections" 2> "$work/mpi.err" || { cat "$work/mpi.err"; die "download --mpi failed"; }
 t_mpi=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { print a - b }'); b_mpi=$(origin_bytes)
 for r in 0 1 2 3; do
-  for f in "$data"/*; do cmp -s "$f" "$work/run/out$r/$(basename "$f")" || die "rank $r: $(basename "$f") differs"; done
+  for f in "$data"/*.safetensors*; do cmp -s "$f" "$work/run/out$r/$(basename "$f")" || die "rank $r: $(basename "$f") differs"; done
 done
 printf "  4 --mpi    origin %6sx  wall %6.2f s (%sx alone; goals 1.00x and <= 1.3x); every rank's files checked\n" \
   "$(ratio "$b_mpi" "$size")" "$t_mpi" "$(ratio "$t_mpi" "$t_alone")"
 sed 's/^/    /' "$work/mpi.err"
+
+reset; t0=$(now)
+apart=()
+for r in 0 1 2 3; do
+  "$tf" download "$url" -o "$work/run/out$r" --cache-dir "$work/run/cache$r" "${common[@]}" &
+  apart+=($!)
+done
+wait "${apart[@]}"
+t_apart=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { print a - b }'); b_apart=$(origin_bytes)
+printf "  4 apart    origin %6sx  wall %6.2f s (%sx alone)\n" "$(ratio "$b_apart" "$size")" "$t_apart" "$(ratio "$t_apart" "$t_alone")"
 
 # Tensor parallel: what each rank needs, then 4 ranks apart, then under --mpi.
 "$tf" inspect "$url" --tp 4 --json --cache-dir "$work/inspect" > "$work/inspect.json"
