@@ -81,6 +81,7 @@ class Session {
   Result<void> pass_on(std::span<const ClusterChunk> plan);
   Result<void> pass_window(std::span<const Piece> window);
   Result<void> verify();
+  Result<void> conclude(const Result<void>& mine, const std::string& phase);
 
   Comm& comm_;
   MPI_Comm user_comm_;
@@ -93,15 +94,14 @@ class Session {
   ClusterStats totals_;
 };
 
-// Runs one phase: `work` on this rank, then the agreement of every rank on its outcome.
-#define TF_PHASE(work, phase)                                                  \
-  do {                                                                         \
-    Result<void> mine_ = (work);                                               \
-    if (lost_) return fail(fatal(*lost_error_));                               \
-    if (auto agreed_ = comm_.agree(mine_, (phase)); !agreed_) {                \
-      return fail(comm_.broken() ? fatal(agreed_.error()) : agreed_.error()); \
-    }                                                                          \
-  } while (0)
+// Ends a phase: this rank's outcome `mine`, agreed on by every rank (the first failing rank's
+// error on all of them; after a lost rank, `fatal`).
+Result<void> Session::conclude(const Result<void>& mine, const std::string& phase) {
+  if (lost_) return fail(fatal(*lost_error_));
+  auto agreed = comm_.agree(mine, phase);
+  if (!agreed) return fail(comm_.broken() ? fatal(agreed.error()) : agreed.error());
+  return {};
+}
 
 Result<void> Session::open(std::string_view location, const OpenOptions& open_options) {
   std::string manifest;  // empty: a local checkpoint, which every rank opens itself
@@ -120,9 +120,9 @@ Result<void> Session::open(std::string_view location, const OpenOptions& open_op
         else mine = fail(text.error());
       }
     }
-    TF_PHASE(mine, "opening " + where);
+    if (auto r = conclude(mine, "opening " + where); !r) return r;
   } else {
-    TF_PHASE(Result<void>{}, "opening " + where);
+    if (auto r = conclude({}, "opening " + where); !r) return r;
   }
   if (auto r = comm_.broadcast(manifest, 0, "the manifest of " + where); !r) return fail(fatal(r.error()));
   Result<void> mine;
@@ -134,8 +134,7 @@ Result<void> Session::open(std::string_view location, const OpenOptions& open_op
     if (opened) ckpt_.emplace(std::move(*opened));
     else mine = fail(opened.error());
   }
-  TF_PHASE(mine, "opening from rank 0's manifest");
-  return {};
+  return conclude(mine, "opening from rank 0's manifest");
 }
 
 Result<void> Session::select() {
@@ -171,8 +170,7 @@ Result<void> Session::select() {
     }
   }
   for (auto& w : wanted_) w = detail::normalize(std::move(w));
-  TF_PHASE(mine, "selecting");
-  return {};
+  return conclude(mine, "selecting");
 }
 
 // Every rank's needs and holdings, gathered, and the plan all of them compute alike.
@@ -203,7 +201,7 @@ Result<std::vector<ClusterChunk>> Session::plan() {
     add(need);
     add(held);
   }
-  TF_PHASE(status, "reading the cache");
+  if (auto r = conclude(status, "reading the cache"); !r) return fail(r.error());
   auto gathered = comm_.allgather(mine, "what every rank lacks and holds");
   if (!gathered) return fail(fatal(gathered.error()));
   std::vector<RankState> ranks(comm_.size());
@@ -257,8 +255,7 @@ Result<void> Session::fetch_share(std::span<const ClusterChunk> plan) {
       mine = fail(stats.error());
     }
   }
-  TF_PHASE(mine, "fetching its share from the origin");
-  return {};
+  return conclude(mine, "fetching its share from the origin");
 }
 
 Result<void> Session::pass_window(std::span<const Piece> window) {
@@ -360,8 +357,7 @@ Result<void> Session::pass_on(std::span<const ClusterChunk> plan) {
     }
   }
   if (!window.empty() && !flush()) return local;
-  TF_PHASE(local, "passing bytes on over MPI");
-  return {};
+  return conclude(local, "passing bytes on over MPI");
 }
 
 Result<void> Session::verify() {
@@ -379,8 +375,7 @@ Result<void> Session::verify() {
   } else {
     mine = fail(stats.error());
   }
-  TF_PHASE(mine, "verifying");
-  return {};
+  return conclude(mine, "verifying");
 }
 
 Result<ClusterReport> Session::run(std::string_view location, const OpenOptions& open_options) {
