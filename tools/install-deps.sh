@@ -18,6 +18,7 @@ packages=(
   python3-mesonpy python3-pip python3-venv    # the wheel: meson-python backend, pip install --no-build-isolation
   python3-numpy python3-pytest                # Python package: NumPy arrays; its tests
   python3-torch                               # Python package: torch tensors (1.13, CPU); tests and bench
+  libopenmpi-dev openmpi-bin                  # --mpi (meson feature mpi): fetch once per cluster; mpirun for its tests
 )
 for arg in "$@"; do
   case $arg in

@@ -222,6 +222,12 @@ struct Selection {
   SlicePlan plan;                         ///< shape and byte ranges within the tensor
 };
 
+/// Byte ranges of one file of a checkpoint (see `Checkpoint::fetch_ranges`). A plain value.
+struct FileRanges {
+  std::size_t file = 0;            ///< position in `Checkpoint::files()`
+  std::vector<ByteRange> ranges;   ///< byte ranges of the whole file (header included)
+};
+
 /// Options for `Checkpoint::write`.
 struct WriteOptions {
   /// Write one file per source shard and an index into the output *directory*, instead of
@@ -256,6 +262,14 @@ class TENSORFETCH_API Checkpoint {
   /// http(s) URLs of a file or an index) are read from their headers alone, in the fewest
   /// round trips: one range request per file, all files at once.
   [[nodiscard]] static Result<Checkpoint> open(std::string_view location, const OpenOptions& options = {});
+
+  /// Opens a remote checkpoint from the snapshot manifest another process's open made
+  /// (`manifest()`), without any request: its files, URLs, ETags, headers, index and
+  /// config.json are the manifest's. `location` and `options` must be those of that open
+  /// (endpoint, token, cache); fetches then go to the origin as usual. A local location is
+  /// `InvalidArgument`; a manifest that does not parse is `Io`.
+  [[nodiscard]] static Result<Checkpoint> open_manifest(std::string_view location, std::string_view manifest,
+                                                        const OpenOptions& options = {});
 
   Checkpoint(Checkpoint&&) noexcept;
   Checkpoint& operator=(Checkpoint&&) noexcept;
@@ -350,6 +364,36 @@ class TENSORFETCH_API Checkpoint {
   /// checkpoints. Not concurrently with `fetch`.
   [[nodiscard]] Result<std::vector<PlannedTransfer>> plan(std::span<const Selection> selection,
                                                           const FetchOptions& options = {});
+
+  /// The snapshot manifest of a remote checkpoint: JSON text recording its location, commit,
+  /// index, config.json and every file (size, URLs, ETags, header), as fetches record it in the
+  /// cache for offline opens. For `open_manifest` in another process. Local: `InvalidArgument`.
+  [[nodiscard]] Result<std::string> manifest() const;
+
+  /// The byte ranges of file `file` present in the cache (committed by any process), normalized;
+  /// a local file, or one read from the Hugging Face cache: the whole file. Thread-safe.
+  [[nodiscard]] Result<std::vector<ByteRange>> cached(std::size_t file) const;
+
+  /// Makes exactly these byte ranges present in the cache (what it lacks is transferred, holes up
+  /// to `options.coalesce_gap` coalesced, as `fetch` does); whole files are verified and
+  /// marked complete. A range outside its file is `InvalidArgument`. Not concurrently with `fetch`.
+  [[nodiscard]] Result<FetchStats> fetch_ranges(std::span<const FileRanges> ranges, const FetchOptions& options = {});
+
+  /// Copies bytes `offset .. offset + out.size()` of file `file` from the local file or the
+  /// cache into `out`; every byte must be committed (else `NotFetched`). Thread-safe.
+  [[nodiscard]] Result<void> read_cached(std::size_t file, std::uint64_t offset, std::span<std::byte> out) const;
+
+  /// Writes bytes of file `file` at `offset` that another process fetched from this
+  /// checkpoint's origin (and passed on, e.g. over MPI) into this process's cache blob, made
+  /// if missing (the bytes `open` read are recorded in it first; `bytes` may be empty for just
+  /// that). Not yet recorded as present: `commit_stored` does that after they are durable. A
+  /// no-op for local files and for blobs already complete. Not concurrently with `fetch`.
+  [[nodiscard]] Result<void> store(std::size_t file, std::uint64_t offset, std::span<const std::byte> bytes);
+
+  /// Makes every stored byte of file `file` durable, then records `ranges` as present (the
+  /// fetcher's rule: written, flushed, then recorded). Fetching or `fetch_all` afterwards
+  /// verifies whole files. Not concurrently with `fetch`.
+  [[nodiscard]] Result<void> commit_stored(std::size_t file, std::span<const ByteRange> ranges);
 
   /// Publishes every file that is complete and verified in the cache into the Hugging Face hub
   /// cache (`OpenOptions::hf_hub_cache`), as huggingface_hub lays it out:

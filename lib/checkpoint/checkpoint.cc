@@ -239,6 +239,33 @@ Result<void> Checkpoint::Impl::finish_open() {
   return {};
 }
 
+Result<Checkpoint> Checkpoint::open_manifest(std::string_view location, std::string_view manifest,
+                                             const OpenOptions& options) {
+  if (location.find('\0') != std::string_view::npos) {
+    return fail(ErrorCode::InvalidArgument, "location " + quote_name(location) + " contains a NUL byte");
+  }
+  auto parsed = detail::parse_location(location, false);
+  if (!parsed) return fail(parsed.error());
+  if (parsed->kind == detail::LocationKind::Local) {
+    return fail(ErrorCode::InvalidArgument, "location " + quote_name(location) +
+                                                " is local: only remote checkpoints are opened from a manifest");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->location = std::string(location);
+  impl->remote = true;
+  const std::string text(manifest);
+  if (auto r = open_remote(*impl, location, options, &text); !r) return fail(r.error());
+  if (auto r = impl->finish_open(); !r) return fail(r.error());
+  return Checkpoint(std::move(impl));
+}
+
+Result<std::string> Checkpoint::manifest() const {
+  if (!impl_->remote) {
+    return fail(ErrorCode::InvalidArgument, impl_->location + " is local: a manifest records remote checkpoints only");
+  }
+  return snapshot_text(*impl_);
+}
+
 Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOptions& options) {
   if (location_view.find('\0') != std::string_view::npos) {
     return fail(ErrorCode::InvalidArgument, "location " + quote_name(location_view) + " contains a NUL byte");

@@ -22,8 +22,10 @@ namespace tensorfetch {
 [[nodiscard]] ServerWait server_wait(const detail::HttpWait& wait);
 
 /// Opens a remote checkpoint (Hub repo or http(s) URL) into `impl`. In remote.cc.
+/// With `manifest`, the files and headers come from that snapshot manifest text (another
+/// process's open, see `Checkpoint::open_manifest`): no request at all.
 [[nodiscard]] Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location,
-                                       const OpenOptions& options);
+                                       const OpenOptions& options, const std::string* manifest = nullptr);
 
 /// A plain http(s) URL's model config: the `config.json` beside the file or index the location
 /// names (one GET, asked once per checkpoint and remembered); nothing when the server has none
@@ -38,6 +40,16 @@ namespace tensorfetch {
 /// Opens a remote checkpoint from the cache alone (a manifest an earlier fetch recorded),
 /// without any request. In snapshot.cc.
 [[nodiscard]] Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>& keys);
+
+/// Fills `impl` (files, headers, index, config.json, commit) from the text of a snapshot
+/// manifest (`snapshot_text`), without any request; `path` names it in messages. A version 1
+/// manifest reads headers from the blobs of `cache` (null: refused). In snapshot.cc.
+[[nodiscard]] Result<void> load_snapshot(Checkpoint::Impl& impl, std::string_view text, const std::string& path,
+                                         const std::shared_ptr<const detail::CacheDir>& cache);
+
+/// The snapshot manifest of `impl` (JSON: location, commit, index, config.json, every file with
+/// its header), as `write_snapshot` records it. In snapshot.cc.
+[[nodiscard]] Result<std::string> snapshot_text(const Checkpoint::Impl& impl);
 
 /// Records what `impl` is made of (files, ETags, every header) under its snapshot keys, for
 /// offline opens and for skipping header requests at a known commit. In snapshot.cc.

@@ -263,6 +263,96 @@ Result<FetchStats> Checkpoint::fetch_all(const FetchOptions& options) {
   return run_fetch(*impl_, std::move(wanted), options);
 }
 
+namespace {
+
+// Refuses a file position outside the checkpoint, or a range outside that file.
+Result<void> check_file_range(const Checkpoint::Impl& impl, std::size_t file, ByteRange range) {
+  if (file >= impl.files.size()) {
+    return fail(ErrorCode::InvalidArgument, impl.location + ": no file " + std::to_string(file) + " (it has " +
+                                                std::to_string(impl.files.size()) + ")");
+  }
+  const std::uint64_t size = impl.files[file].info.size;
+  if (range.offset > size || range.length > size - range.offset) {
+    return fail(ErrorCode::InvalidArgument, impl.files[file].info.path + ": bytes " + std::to_string(range.offset) +
+                                                "-" + std::to_string(range.end()) + " lie outside the file (" +
+                                                std::to_string(size) + " bytes)");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::vector<ByteRange>> Checkpoint::cached(std::size_t file) const {
+  if (auto r = check_file_range(*impl_, file, {}); !r) return fail(r.error());
+  const OpenFile& f = impl_->files[file];
+  if (!impl_->remote || !f.remote.local_path.empty()) {
+    return std::vector<ByteRange>{ByteRange{0, f.info.size}};
+  }
+  std::shared_lock lock(impl_->blob_mutex);
+  if (!f.remote.blob) {
+    if (f.remote.blob_error) return fail(f.remote.blob_error->with_context(f.info.path));
+    return std::vector<ByteRange>{};
+  }
+  if (f.remote.blob->complete()) return std::vector<ByteRange>{ByteRange{0, f.info.size}};
+  auto extents = f.remote.blob->refresh();
+  if (!extents) return fail(extents.error().with_context(f.info.path));
+  return std::move(*extents);
+}
+
+Result<FetchStats> Checkpoint::fetch_ranges(std::span<const FileRanges> ranges, const FetchOptions& options) {
+  std::vector<std::vector<ByteRange>> wanted(impl_->files.size());
+  for (const auto& fr : ranges) {
+    for (const auto& r : fr.ranges) {
+      if (auto ok = check_file_range(*impl_, fr.file, r); !ok) return fail(ok.error());
+      if (r.length > 0) wanted[fr.file].push_back(r);
+    }
+  }
+  return run_fetch(*impl_, std::move(wanted), options);
+}
+
+Result<void> Checkpoint::read_cached(std::size_t file, std::uint64_t offset, std::span<std::byte> out) const {
+  const ByteRange range{offset, out.size()};
+  if (auto r = check_file_range(*impl_, file, range); !r) return fail(r.error());
+  auto bytes = impl_->served_bytes(file, std::span(&range, 1), "bytes " + std::to_string(offset) + "-" +
+                                                                  std::to_string(range.end()));
+  if (!bytes) return fail(bytes.error());
+  if (range.end() > bytes->size()) {
+    return fail(ErrorCode::Io, impl_->files[file].info.path + ": bytes " + std::to_string(offset) + "-" +
+                                   std::to_string(range.end()) + " lie beyond the mapped file");
+  }
+  if (!out.empty()) std::memcpy(out.data(), bytes->data() + offset, out.size());
+  return {};
+}
+
+Result<void> Checkpoint::store(std::size_t file, std::uint64_t offset, std::span<const std::byte> bytes) {
+  if (auto r = check_file_range(*impl_, file, ByteRange{offset, bytes.size()}); !r) return fail(r.error());
+  if (!impl_->remote || !impl_->files[file].remote.local_path.empty()) return {};  // on disk already
+  if (auto r = ensure_blob(*impl_, file); !r) return fail(r.error());
+  std::shared_lock lock(impl_->blob_mutex);
+  auto* blob = impl_->files[file].remote.blob.get();
+  if (!blob) {
+    return fail(ErrorCode::NotFetched, impl_->files[file].info.path + ": offline, and the file has no cache blob");
+  }
+  if (blob->shared_verified() || blob->complete()) return {};  // verified whole: never written again
+  if (auto r = blob->write_at(offset, bytes); !r) return fail(r.error().with_context(impl_->files[file].info.path));
+  return {};
+}
+
+Result<void> Checkpoint::commit_stored(std::size_t file, std::span<const ByteRange> ranges) {
+  for (const auto& r : ranges) {
+    if (auto ok = check_file_range(*impl_, file, r); !ok) return fail(ok.error());
+  }
+  if (!impl_->remote || !impl_->files[file].remote.local_path.empty()) return {};
+  std::shared_lock lock(impl_->blob_mutex);
+  auto* blob = impl_->files[file].remote.blob.get();
+  if (!blob) {
+    return fail(ErrorCode::InvalidArgument, impl_->files[file].info.path + ": nothing was stored into this file");
+  }
+  if (blob->shared_verified() || blob->complete()) return {};
+  if (auto r = blob->commit(ranges); !r) return fail(r.error().with_context(impl_->files[file].info.path));
+  return {};
+}
+
 Result<void> Checkpoint::save_files(const std::string& dir) const {
   if (dir.find('\0') != std::string::npos) {
     return fail(ErrorCode::InvalidArgument, "directory " + quote_name(dir) + " contains a NUL byte");

@@ -727,7 +727,8 @@ Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl)
   return *impl.url_config;
 }
 
-Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options) {
+Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text, const OpenOptions& options,
+                         const std::string* manifest) {
   auto location = detail::parse_location(location_text, false);
   if (!location) return fail(location.error());
   // The environment as huggingface_hub reads it; options given explicitly win (a token given
@@ -737,6 +738,20 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   Remote remote(impl, options, std::move(*location));
   if (auto r = resolve_location(remote, *hf); !r) return r;
   record_settings(impl, remote, *hf);
+  // Step 5: a later open at the commit these files were read at finds what a fetch records.
+  auto add_commit_key = [&] {
+    if (impl.commit && remote.location.kind == detail::LocationKind::Hub && *impl.commit != remote.location.hub.revision) {
+      impl.snapshot_keys.push_back(remote.snapshot_key(*impl.commit));
+    }
+  };
+  if (manifest) {
+    // Another process opened it (one set of header requests for a whole job): its files, ETags
+    // and headers, as its snapshot manifest records them.
+    if (auto r = load_snapshot(impl, *manifest, "the manifest of " + std::string(location_text), nullptr); !r) return r;
+    add_commit_key();
+    open_existing_blobs(impl);
+    return use_hf_cache_copies(impl, remote.hf_repo_dir);
+  }
   if (impl.offline) return open_without_network(impl, remote, location_text);
 
   Result<void> opened = remote.open_location();  // steps 2 and 3
@@ -747,10 +762,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   }
   impl.requests = remote.client.stats().requests;
   if (!opened) return fail(opened.error().with_context(std::string(location_text)));
-  // Step 5: a later open at the commit these files were read at finds what a fetch records.
-  if (impl.commit && remote.location.kind == detail::LocationKind::Hub && *impl.commit != remote.location.hub.revision) {
-    impl.snapshot_keys.push_back(remote.snapshot_key(*impl.commit));
-  }
+  add_commit_key();  // step 5
   // What earlier fetches left in the cache can be viewed at once (blobs are not created here:
   // inspecting writes nothing).
   open_existing_blobs(impl);

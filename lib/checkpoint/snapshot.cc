@@ -38,7 +38,7 @@ std::string le64(std::uint64_t n) {
 
 }  // namespace
 
-Result<void> write_snapshot(Checkpoint::Impl& impl) {
+Result<std::string> snapshot_text(const Checkpoint::Impl& impl) {
   nlohmann::json files = nlohmann::json::array();
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
     const auto& f = impl.files[i].info;
@@ -71,10 +71,16 @@ Result<void> write_snapshot(Checkpoint::Impl& impl) {
   } catch (const nlohmann::json::exception& e) {
     return fail(ErrorCode::Io, impl.location + ": cannot record the snapshot manifest: " + e.what());
   }
+  return text;
+}
+
+Result<void> write_snapshot(Checkpoint::Impl& impl) {
+  auto text = snapshot_text(impl);
+  if (!text) return fail(text.error());
   auto cache = impl.open_cache(true);
   if (!cache) return fail(cache.error());
   for (const auto& key : impl.snapshot_keys) {
-    auto r = detail::write_file_atomically_at((*cache)->snapshots_fd(), key + ".json", text, (*cache)->modes().file,
+    auto r = detail::write_file_atomically_at((*cache)->snapshots_fd(), key + ".json", *text, (*cache)->modes().file,
                                               (*cache)->snapshots_path());
     if (!r) return fail(r.error().with_context("the snapshot manifest"));
   }
@@ -105,6 +111,13 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
     break;
   }
   if (text.empty()) return not_recorded();
+  if (auto r = load_snapshot(impl, text, path, *cache); !r) return r;
+  impl.requests = 0;
+  return {};
+}
+
+Result<void> load_snapshot(Checkpoint::Impl& impl, std::string_view text, const std::string& path,
+                           const std::shared_ptr<const detail::CacheDir>& cache) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   auto bad = [&](const std::string& why) { return fail(ErrorCode::Io, path + ": unreadable snapshot manifest: " + why); };
   if (j.is_discarded() || !j.is_object() || !j.contains("files") || !j["files"].is_array()) return bad("not a manifest");
@@ -138,8 +151,9 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
       } else {
         // Version 1: the header was recorded in the file's blob (found again only if its identity
         // did not change: not for sha256 blobs, now kept per origin).
+        if (!cache) return bad(f.path + ": no header recorded");
         const auto id = detail::blob_identity(rf.resolve_url, rf.linked_etag, rf.range_etag, f.size);
-        auto blob = detail::Blob::open(*cache, id, f.size, rf.resolve_url, f.etag, detail::BlobCreate::No);
+        auto blob = detail::Blob::open(cache, id, f.size, rf.resolve_url, f.etag, detail::BlobCreate::No);
         if (!blob) {
           if (blob.error().code == ErrorCode::NotFound) {
             return fail(ErrorCode::NotFetched, "offline: " + f.path + " is no longer in the cache (" + id.id + ")");
@@ -163,7 +177,6 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
   } catch (const nlohmann::json::exception& e) {
     return bad(e.what());
   }
-  impl.requests = 0;
   return {};
 }
 

@@ -29,6 +29,7 @@ PROBES = {
     "cache": ["cache/blob.h", "tensorfetch/cache.hpp"],
     "fetch": ["fetch/planner.h", "tensorfetch/progress.hpp"],
     "checkpoint": ["checkpoint/checkpoint_internal.h", "tensorfetch/checkpoint.hpp"],
+    "cluster": ["cluster/plan.h", "tensorfetch/mpi.hpp"],  # built with the meson feature `mpi`
 }
 
 

@@ -35,6 +35,7 @@ struct GetOptions {
   std::optional<std::string> tp;          ///< --tp R/N: rank R's tensor-parallel slices
   std::optional<std::string> tp_rules;    ///< --tp-rules FILE
   bool expert_parallel = false;           ///< --expert-parallel
+  bool mpi = false;                       ///< --mpi: fetch once per cluster, under mpirun
 };
 
 /// Options of `tensorfetch download`.
@@ -45,6 +46,7 @@ struct DownloadOptions {
   bool quiet = false;    ///< no progress or summary on stderr
   FetchOptions fetch;    ///< chunk size, coalescing gap
   bool hf_cache = false; ///< also publish the files into the Hugging Face cache
+  bool mpi = false;      ///< --mpi: fetch once per cluster, under mpirun
 };
 
 /// Options of `tensorfetch cache`.
@@ -65,6 +67,12 @@ int run_get(const GetOptions& options);
 
 /// Runs `download`.
 int run_download(const DownloadOptions& options);
+
+/// Runs `get --mpi` on this rank (MPI builds; otherwise an error saying so).
+int run_get_mpi(const GetOptions& options);
+
+/// Runs `download --mpi` on this rank (MPI builds; otherwise an error saying so).
+int run_download_mpi(const DownloadOptions& options);
 
 /// Runs `cache ls|verify|rm|prune`.
 int run_cache(const CacheOptions& options);

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "get.h"
 #include "progress.h"
 #include "tp.h"
 
@@ -50,63 +51,81 @@ Result<std::vector<Selector>> selectors(const Checkpoint& ckpt, const GetOptions
 
 }  // namespace
 
-int run_get(const GetOptions& options) {
-  if (options.output.empty()) {
-    return report(Error{ErrorCode::InvalidArgument, "-o/--output must name a file or directory"});
-  }
-  const bool to_stdout = options.output == "-";
-  WriteOptions write_options;
-  write_options.cancel = interrupt_token();
-  std::string out = options.output;
-  if (!to_stdout && (out.ends_with('/') || is_directory(out))) {
-    write_options.sharded_output = true;
-    while (out.size() > 1 && out.back() == '/') out.pop_back();
+Result<GetOutput> prepare_output(const std::string& output) {
+  if (output.empty()) return fail(ErrorCode::InvalidArgument, "-o/--output must name a file or directory");
+  GetOutput o;
+  o.to_stdout = output == "-";
+  o.write.cancel = interrupt_token();
+  o.path = output;
+  if (!o.to_stdout && (o.path.ends_with('/') || is_directory(o.path))) {
+    o.write.sharded_output = true;
+    while (o.path.size() > 1 && o.path.back() == '/') o.path.pop_back();
   }
   // Where the output goes must be creatable before anything is fetched (an existing FIFO or
   // device is written in place, and the library refuses other non-regular targets).
   struct stat st {};
-  const bool existing_special = ::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
-  if (!to_stdout && !existing_special) {
-    const std::filesystem::path out_path(out);
-    const auto dir = write_options.sharded_output ? out_path : out_path.parent_path();
-    if (auto r = check_output_dir(dir.empty() ? std::string(".") : dir.string()); !r) return report(r.error());
+  const bool existing_special = ::stat(o.path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+  if (!o.to_stdout && !existing_special) {
+    const std::filesystem::path out_path(o.path);
+    const auto dir = o.write.sharded_output ? out_path : out_path.parent_path();
+    if (auto r = check_output_dir(dir.empty() ? std::string(".") : dir.string()); !r) return fail(r.error());
   }
+  return o;
+}
+
+Result<std::vector<Selection>> choose(const Checkpoint& ckpt, const GetOptions& options, const std::optional<TpRank>& tp,
+                                      const TpRules& rules, WriteOptions& write_options) {
+  auto sels = selectors(ckpt, options);
+  if (!sels) return fail(sels.error());
+  if (tp) {
+    auto model = ckpt.tp_model();
+    if (!model) return fail(model.error());
+    auto selection = ckpt.select_for_rank(tp->rank, tp->world, rules, *sels);
+    if (!selection) return fail(selection.error());
+    write_options.metadata = tp_metadata(*model, *tp, rules, *selection);
+    return selection;
+  }
+  if (!sels->empty()) return ckpt.select(*sels);
+  // No names: every tensor, whole (possibly none, which writes a valid empty file), without a
+  // selector per tensor.
+  std::vector<Selection> selection;
+  selection.reserve(ckpt.tensors().size());
+  for (const auto& t : ckpt.tensors()) {
+    auto plan = plan_slice(*t.info, SliceSpec{});
+    if (!plan) return fail(plan.error());
+    selection.push_back(Selection{t, std::nullopt, std::move(*plan)});
+  }
+  return selection;
+}
+
+Result<void> write_output(const Checkpoint& ckpt, std::span<const Selection> selection, const GetOutput& output) {
+  return output.to_stdout ? ckpt.write_stream(selection, STDOUT_FILENO, output.write)
+                          : ckpt.write(selection, output.path, output.write);
+}
+
+std::uint64_t selected_bytes(std::span<const Selection> selection) {
+  std::uint64_t bytes = 0;
+  for (const auto& s : selection) bytes += s.plan.nbytes;
+  return bytes;
+}
+
+int run_get(const GetOptions& options) {
+  auto output = prepare_output(options.output);
+  if (!output) return report(output.error());
   // --tp and its rules are checked before anything is opened.
   std::optional<TpRank> tp;
-  TpRules rules;
   if (options.tp) {
     auto r = parse_tp_rank(*options.tp);
     if (!r) return report(r.error());
     tp = *r;
-    auto loaded = load_tp_rules(options.tp_rules, options.expert_parallel);
-    if (!loaded) return report(loaded.error());
-    rules = std::move(*loaded);
   }
+  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
+  if (!rules) return report(rules.error());
   OpenOptions open = options.open;
   open.cancel = interrupt_token();
   auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
-  auto sels = selectors(*ckpt, options);
-  if (!sels) return report(sels.error());
-  Result<std::vector<Selection>> selection = std::vector<Selection>{};
-  if (tp) {
-    auto model = ckpt->tp_model();
-    if (!model) return report(model.error());
-    selection = ckpt->select_for_rank(tp->rank, tp->world, rules, *sels);
-    if (!selection) return report(selection.error());
-    write_options.metadata = tp_metadata(*model, *tp, rules, *selection);
-  } else if (sels->empty()) {
-    // No names: every tensor, whole (possibly none, which writes a valid empty file), without
-    // a selector per tensor.
-    selection->reserve(ckpt->tensors().size());
-    for (const auto& t : ckpt->tensors()) {
-      auto plan = plan_slice(*t.info, SliceSpec{});
-      if (!plan) return report(plan.error());
-      selection->push_back(Selection{t, std::nullopt, std::move(*plan)});
-    }
-  } else {
-    selection = ckpt->select(*sels);
-  }
+  auto selection = choose(*ckpt, options, tp, *rules, output->write);
   if (!selection) return report(selection.error());
 
   FetchStats fetched;
@@ -124,15 +143,11 @@ int run_get(const GetOptions& options) {
     }
   }
 
-  auto written = to_stdout ? ckpt->write_stream(*selection, STDOUT_FILENO, write_options)
-                           : ckpt->write(*selection, out, write_options);
-  if (!written) return report(written.error());
+  if (auto written = write_output(*ckpt, *selection, *output); !written) return report(written.error());
 
   if (!options.quiet) {
-    std::uint64_t bytes = 0;
-    for (const auto& s : *selection) bytes += s.plan.nbytes;
     std::cerr << "tensorfetch: wrote " << selection->size()
-              << (selection->size() == 1 ? " tensor" : " tensors") << " (" << bytes
+              << (selection->size() == 1 ? " tensor" : " tensors") << " (" << selected_bytes(*selection)
               << " bytes of tensor data) to " << options.output;
     if (ckpt->remote()) {
       std::cerr << "; fetched " << human_bytes(static_cast<double>(fetched.bytes_transferred)) << " in "

@@ -158,10 +158,14 @@ int main(int argc, char** argv) {
   get_cmd->add_flag("-q,--quiet", get.quiet, "No progress bar or summary on stderr");
   auto* get_tp = get_cmd->add_option("--tp", get.tp,
                                      "R/N: only what rank R of N tensor-parallel ranks holds (Megatron/vLLM "
-                                     "convention from config.json): its slices and the replicated tensors");
+                                     "convention from config.json): its slices and the replicated tensors; "
+                                     "with --mpi: auto (or N, the number of ranks), each rank its own");
   add_tp_options(*get_cmd, get_tp, get.tp_rules, get.expert_parallel);
   add_open_options(*get_cmd, get.open);
   add_fetch_options(*get_cmd, get.fetch);
+  get_cmd->add_flag("--mpi", get.mpi,
+                    "Run under mpirun: fetch each byte from the origin once for the whole job and pass it on "
+                    "over MPI to the ranks that want it; {rank} in -o and --cache-dir is replaced by the rank");
   get_cmd->add_flag("--hf-cache", get.hf_cache,
                     "Also publish files fetched whole into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub)");
 
@@ -176,6 +180,10 @@ int main(int argc, char** argv) {
   download_cmd->add_flag("-q,--quiet", download.quiet, "No progress bar or summary on stderr");
   add_open_options(*download_cmd, download.open);
   add_fetch_options(*download_cmd, download.fetch);
+  download_cmd->add_flag("--mpi", download.mpi,
+                         "Run under mpirun: every rank downloads the checkpoint, each byte fetched from the origin "
+                         "once for the whole job and passed on over MPI; {rank} in -o and --cache-dir is replaced "
+                         "by the rank");
   download_cmd->add_flag("--hf-cache", download.hf_cache,
                          "Also publish the files into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub), "
                          "so transformers finds them with HF_HUB_OFFLINE=1");
@@ -228,8 +236,8 @@ int main(int argc, char** argv) {
   get.fetch.on_wait = download.fetch.on_wait = wait_notice();
   try {
     if (*inspect_cmd) return exit_status(run_inspect(inspect));
-    if (*get_cmd) return exit_status(run_get(get));
-    if (*download_cmd) return exit_status(run_download(download));
+    if (*get_cmd) return exit_status(get.mpi ? run_get_mpi(get) : run_get(get));
+    if (*download_cmd) return exit_status(download.mpi ? run_download_mpi(download) : run_download(download));
     if (*cache_cmd) return run_cache(cache);
   } catch (const std::exception& e) {
     std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';
