@@ -12,8 +12,10 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "fetch/planner.h"
+#include "fetch/recent_rate.h"
 #include "hub/hub_errors.h"
 
 namespace tensorfetch::detail {
@@ -308,9 +310,9 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
 
 namespace {
 
-// One round of transfers: N connections at work while chunks are queued; when one runs out of
-// work, the running transfer that would finish last is split and the idle connection takes its
-// tail; a transfer far slower than the others (a straggler: a slow flow of a CDN, a bad path)
+// One round of transfers: N connections at work while chunks are queued; when connections run
+// out of work, the running transfers that would finish last are split and the idle connections
+// share their tails; a transfer far slower than the others (a straggler: a slow flow of a CDN, a bad path)
 // does not count against N, so another connection takes over its work.
 class Scheduler {
  public:
@@ -331,6 +333,7 @@ class Scheduler {
           in_flight_.erase(id);
           straggler_.erase(id);
           remember(id);
+          rates_.erase(id);
           const bool go_on = on_done(k, res);
           if (go_on) fill();
           return go_on;
@@ -340,7 +343,7 @@ class Scheduler {
 
  private:
   struct Measure {
-    double rate = 0;        // bytes per second since the first byte
+    double rate = 0;        // bytes per second over the last second (see measure)
     double remaining = 0;   // seconds to the end at that rate
   };
 
@@ -380,13 +383,17 @@ class Scheduler {
     }
   }
 
-  std::optional<Measure> measure(std::size_t id, double* first_byte = nullptr) const {
+  // The rate is the transfer's recent one (RecentRate: its last second), sampled at every
+  // balancing tick.
+  std::optional<Measure> measure(std::size_t id, double* first_byte = nullptr) {
     auto st = client_.state(id);
     if (!st || !st->running) return std::nullopt;
     if (first_byte && st->receiving_seconds > 0) *first_byte = st->first_byte_seconds;
+    auto& recent = rates_.try_emplace(id).first->second;
+    if (st->receiving_seconds > 0) recent.add(st->receiving_seconds, st->attempt_bytes);
     if (st->receiving_seconds < 0.15 || st->attempt_bytes == 0) return std::nullopt;  // too early to tell
     Measure m;
-    m.rate = static_cast<double>(st->attempt_bytes) / st->receiving_seconds;
+    m.rate = std::max(1.0, recent.rate().value_or(1.0));  // a window without a byte: as slow as it gets
     m.remaining = static_cast<double>(st->end - st->next) / m.rate;
     return m;
   }
@@ -436,7 +443,14 @@ class Scheduler {
       }
     }
     fill();
-    // Idle slots and nothing queued: split the transfer that would finish last.
+    // Idle slots and nothing queued: split the transfers that would finish last. The idle
+    // slots are shared among the transfers worth splitting, so a long tail goes to several
+    // connections at once (one helper each would keep most of it on one flow).
+    const auto worth = [&](const Measure& m) { return m.remaining >= std::max(settings().min_split_seconds, 4 * wait); };
+    const std::size_t candidates = static_cast<std::size_t>(
+        std::count_if(measured.begin(), measured.end(), [&](const auto& e) { return worth(e.second); }));
+    const std::size_t idle = idle_slots();
+    const std::size_t share = candidates == 0 ? 1 : std::max<std::size_t>(1, idle / candidates);
     while (room() && queue_.empty()) {
       std::pair<std::size_t, Measure>* victim = nullptr;
       for (auto& e : measured) {
@@ -444,27 +458,53 @@ class Scheduler {
       }
       // Only a transfer that would still run long pays for the bytes already on their way past
       // the cut (socket buffers: megabytes on a fast link, read for nothing).
-      if (!victim || victim->second.remaining < std::max(settings().min_split_seconds, 4 * wait)) return;
-      auto st = client_.state(victim->first);
-      const double p = static_cast<double>(st->next), e = static_cast<double>(st->end);
-      const double rv = victim->second.rate, rn = std::max(typical, rv);
-      // Both parts end together: (m - p) / rv = wait + (e - m) / rn.
-      double m = (p * rn + rv * e + rv * wait * rn) / (rv + rn);
-      const double lo = p + static_cast<double>(settings().min_split) / 4, hi = e - static_cast<double>(settings().min_split);
-      if (hi <= lo) return;
-      m = std::clamp(m, lo, hi);
-      const std::uint64_t cut = (static_cast<std::uint64_t>(m) + 4095) / 4096 * 4096;  // page-aligned writes
-      if (cut <= st->next || cut >= st->end || !client_.shorten(victim->first, cut)) return;
-      Chunk& old = chunks_[chunk_of_[victim->first]];
-      const std::uint64_t old_end = old.range.end();
-      old.range.length = cut - old.range.offset;
-      chunks_.push_back(Chunk{old.file, ByteRange{cut, old_end - cut}, 0, 0});
-      ++state_.chunks_left[old.file];
-      ++report_.splits;
-      // The victim's estimate changes: it now ends at `cut`.
-      victim->second.remaining = (m - p) / rv;
-      start(chunks_.size() - 1);
+      if (!victim || !worth(victim->second)) return;
+      if (!split(*victim, typical, wait, std::min(share, idle_slots()))) return;
     }
+  }
+
+  // Free slots now: holding slots under N, within the ceiling of connections.
+  std::size_t idle_slots() const {
+    if (!room()) return 0;
+    return std::min(connections_ - holding(), ceiling() - in_flight_.size());
+  }
+
+  // Cuts the running transfer `victim` so that it and `helpers` new transfers of its tail all
+  // end together (the victim at its measured rate, each new one at `typical` after a first-byte
+  // `wait`), and starts the new ones. False when there is nothing worth cutting.
+  bool split(std::pair<std::size_t, Measure>& victim, double typical, double wait, std::size_t helpers) {
+    auto st = client_.state(victim.first);
+    const double p = static_cast<double>(st->next), e = static_cast<double>(st->end);
+    const double rv = victim.second.rate, rn = std::max(typical, rv), min_piece = static_cast<double>(settings().min_split);
+    // No helper's piece below the minimum.
+    helpers = std::max<std::size_t>(1, std::min<std::size_t>(helpers, static_cast<std::size_t>((e - p) / min_piece)));
+    const double k = static_cast<double>(helpers);
+    // The victim keeps x bytes: x / rv = wait + (e - p - x) / (k rn).
+    const double x = (rv * wait + rv * (e - p) / (k * rn)) / (1 + rv / (k * rn));
+    const double lo = p + min_piece / 4, hi = e - min_piece * k;
+    if (hi <= lo) return false;
+    const double m = std::clamp(p + x, lo, hi);
+    const std::uint64_t cut = (static_cast<std::uint64_t>(m) + 4095) / 4096 * 4096;  // page-aligned writes
+    if (cut <= st->next || cut >= st->end || !client_.shorten(victim.first, cut)) return false;
+    Chunk& old = chunks_[chunk_of_[victim.first]];
+    const std::uint64_t old_end = old.range.end();
+    old.range.length = cut - old.range.offset;
+    ++report_.splits;
+    // The tail, in `helpers` page-aligned pieces as equal as possible.
+    const std::uint64_t tail = old_end - cut;
+    std::uint64_t at = cut;
+    for (std::size_t i = 0; i < helpers && at < old_end; ++i) {
+      std::uint64_t end = i + 1 == helpers ? old_end : cut + tail * (i + 1) / helpers;
+      if (end != old_end) end = std::min(old_end, (end + 4095) / 4096 * 4096);
+      if (end <= at) continue;
+      chunks_.push_back(Chunk{old.file, ByteRange{at, end - at}, 0, 0});
+      ++state_.chunks_left[old.file];
+      start(chunks_.size() - 1);
+      at = end;
+    }
+    // The victim's estimate changes: it now ends at `cut`.
+    victim.second.remaining = (m - p) / rv;
+    return true;
   }
 
   State& state_;
@@ -479,6 +519,7 @@ class Scheduler {
   std::vector<std::unique_ptr<ChunkSink>> sinks_;
   Clock::time_point last_balance_{};
   std::deque<double> done_rates_, done_waits_;  // of the last finished transfers
+  std::unordered_map<std::size_t, RecentRate> rates_;  // request id -> its recent progress
 };
 
 }  // namespace
