@@ -5,6 +5,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh --fuzz || exit 1
+# Several suites compare against files written by the reference libraries, beside the clone.
+if [[ ! -f ../shared/reference-checkpoints/MANIFEST.json ]]; then
+  echo "tools/test.sh: $(cd .. && pwd)/shared/reference-checkpoints/MANIFEST.json is missing: the" \
+    "suites read the reference checkpoints there (see the README's Two commands); run from a clone" \
+    "beside that shared/ directory, or by hand with meson setup -Dreference_dir=DIR" >&2
+  exit 1
+fi
 
 passed=0 failed=0
 run_suite() {  # NAME BUILD_DIR MESON_TEST_ARGS...
