@@ -431,6 +431,22 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] Result<void> write_stream(std::span<const Selection> selection, int fd,
                                           const WriteOptions& options = {}) const;
 
+  /// `fetch` and `write` at once: each tensor is written as soon as its bytes have arrived (a
+  /// writer thread copies them out of the cache while the rest is still on its way), so the
+  /// output is complete moments after the last byte rather than after a second pass over all
+  /// of them. The output appears only when the fetch succeeded, as `write` says; a failed fetch
+  /// leaves no output, a failed write (a full disk) stops the fetch (what arrived stays cached),
+  /// and cancelling either options' token stops both. `fetch.sink` is refused. For local
+  /// checkpoints, `write` alone. Not concurrently with another `fetch` on this object.
+  [[nodiscard]] Result<FetchStats> fetch_and_write(std::span<const Selection> selection, const std::string& out,
+                                                   const FetchOptions& fetch = {}, const WriteOptions& write = {});
+
+  /// `fetch_and_write` to the open descriptor `fd`, as `write_stream` writes: a stream's bytes
+  /// go out as they arrive (in file order); a failure leaves what was written written.
+  [[nodiscard]] Result<FetchStats> fetch_and_write_stream(std::span<const Selection> selection, int fd,
+                                                          const FetchOptions& fetch = {},
+                                                          const WriteOptions& write = {});
+
   /// Opaque state; defined inside the library only.
   struct Impl;
 

@@ -2,6 +2,7 @@
 // Private: the state behind tensorfetch::Checkpoint, shared by its translation units.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -16,6 +17,10 @@
 #include "tensorfetch/checkpoint.hpp"
 
 namespace tensorfetch {
+
+namespace detail {
+class Arrivals;
+}
 
 /// A wait a server asked for (`HttpWait`), as the public API reports it (`ServerWait`), its
 /// detail described by the hub layer. In remote.cc.
@@ -138,6 +143,10 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   [[nodiscard]] Result<std::span<const std::byte>> served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                 const std::string& what) const;
 
+  /// Remote file `file`'s cache blob, mapped, without checking what it holds: for bytes a
+  /// running fetch reported written (`Arrivals`). Fails when the file has no blob.
+  [[nodiscard]] Result<std::span<const std::byte>> received_bytes(std::size_t file) const;
+
   /// `range` of file `file` (the local file, or the cache blob) in a private copy-on-write
   /// mapping, under the same check as `served_bytes` (`NotFetched` naming `what`): the file's
   /// shared one (`private_maps`) when every byte on its pages is final, else one of its own.
@@ -174,5 +183,22 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
     return root.empty() ? files[file].info.path : root + "/" + files[file].info.path;
   }
 };
+
+namespace detail {
+
+/// `Checkpoint::write`. With `arrivals` (a fetch running on another thread, see
+/// `Checkpoint::fetch_and_write`), each tensor is written as soon as the fetch has written its
+/// bytes, and no file is renamed into place before the fetch succeeded; `stop` (asked while
+/// waiting) returning true cancels. In write.cc.
+[[nodiscard]] Result<void> write_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection,
+                                           const std::string& out, const WriteOptions& options, Arrivals* arrivals,
+                                           const std::function<bool()>& stop);
+
+/// `Checkpoint::write_stream`, with `arrivals` and `stop` as `write_selection`. In write.cc.
+[[nodiscard]] Result<void> write_selection_stream(const Checkpoint::Impl& impl, std::span<const Selection> selection,
+                                                  int fd, const WriteOptions& options, Arrivals* arrivals,
+                                                  const std::function<bool()>& stop);
+
+}  // namespace detail
 
 }  // namespace tensorfetch

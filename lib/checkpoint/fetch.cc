@@ -9,8 +9,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "base/text.h"
+#include "checkpoint/arrivals.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "fetch/fetcher.h"
 #include "hub/hf_cache.h"
@@ -118,12 +120,21 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   return job;
 }
 
+// What a fetch tells a reader of its bytes while it runs (fetch_and_write): `ready` once the
+// job is made (its files have their blobs; before any transfer), `received` as in FetchSettings.
+struct FetchHooks {
+  std::function<void(std::span<const detail::FetchFile> files)> ready;
+  std::function<void(std::size_t index, ByteRange range)> received;
+};
+
 Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted,
-                             const FetchOptions& options) {
+                             const FetchOptions& options, const FetchHooks& hooks = {}) {
   FetchStats stats;
   if (!impl.remote) return stats;
   auto job = make_job(impl, std::move(wanted), options);
   if (!job) return fail(job.error());
+  job->settings.on_received = hooks.received;
+  if (hooks.ready) hooks.ready(job->files);
   if (impl.offline) {
     auto planned = detail::plan_chunks(job->files, job->settings);
     if (!planned) return fail(planned.error());
@@ -236,9 +247,82 @@ void open_existing_blobs(Checkpoint::Impl& impl) {
   }
 }
 
+namespace {
+
+// Fetches `selection` on this thread while `write` (on another) writes it out, each tensor as
+// soon as its bytes arrived: the output is done moments after the last byte instead of a whole
+// copy and flush later. A failed write stops the fetch; a failed fetch stops the write (which
+// then renames nothing); the caller's cancel tokens stop both.
+Result<FetchStats> fetch_while_writing(
+    Checkpoint::Impl& impl, std::span<const Selection> selection, const FetchOptions& fetch, const WriteOptions& write,
+    const std::function<Result<void>(detail::Arrivals*, const std::function<bool()>& stop)>& writer) {
+  if (fetch.sink) {
+    return fail(ErrorCode::InvalidArgument,
+                "fetch_and_write: FetchOptions::sink is not supported (the bytes go through the cache)");
+  }
+  if (auto r = check_selection(impl, selection); !r) return fail(r.error());
+  if (!impl.remote) {
+    if (auto r = writer(nullptr, {}); !r) return fail(r.error());
+    return FetchStats{};
+  }
+  detail::Arrivals arrivals;
+  // The fetch's own token: the writer cancels it when the write fails or the caller cancels.
+  const CancelToken fetch_cancel = CancelToken::make();
+  const CancelToken user_fetch = fetch.cancel, user_write = write.cancel;
+  const std::function<bool()> stop = [&] { return user_fetch.cancelled() || user_write.cancelled(); };
+  FetchOptions options = fetch;
+  options.cancel = fetch_cancel;
+  std::optional<Result<void>> written;
+  std::thread writing;
+  FetchHooks hooks;
+  hooks.ready = [&](std::span<const detail::FetchFile> files) {
+    for (const auto& f : files) {
+      if (f.blob) arrivals.track(f.index, f.blob->extents());
+    }
+    writing = std::thread([&] {
+      auto r = writer(&arrivals, stop);
+      if (!r) fetch_cancel.cancel();
+      written = std::move(r);
+    });
+  };
+  hooks.received = [&](std::size_t index, ByteRange range) { arrivals.add(index, range); };
+  auto fetched = run_fetch(impl, wanted_ranges(impl, selection), options, hooks);
+  arrivals.finish(fetched.has_value());
+  if (writing.joinable()) writing.join();
+  if (!fetched) {
+    // The write's own failure (a full disk, ...) is what stopped the fetch.
+    if (written && !*written && fetched.error().code == ErrorCode::Cancelled && !stop()) return fail(written->error());
+    return fail(fetched.error());
+  }
+  if (!written) {  // the job was never made: nothing to wait for
+    if (auto r = writer(nullptr, {}); !r) return fail(r.error());
+  } else if (!*written) {
+    return fail(written->error());
+  }
+  return fetched;
+}
+
+}  // namespace
+
 Result<FetchStats> Checkpoint::fetch(std::span<const Selection> selection, const FetchOptions& options) {
   if (auto r = check_selection(*impl_, selection); !r) return fail(r.error());
   return run_fetch(*impl_, wanted_ranges(*impl_, selection), options);
+}
+
+Result<FetchStats> Checkpoint::fetch_and_write(std::span<const Selection> selection, const std::string& out,
+                                               const FetchOptions& fetch, const WriteOptions& write) {
+  return fetch_while_writing(*impl_, selection, fetch, write,
+                             [&](detail::Arrivals* arrivals, const std::function<bool()>& stop) {
+                               return detail::write_selection(*impl_, selection, out, write, arrivals, stop);
+                             });
+}
+
+Result<FetchStats> Checkpoint::fetch_and_write_stream(std::span<const Selection> selection, int fd,
+                                                      const FetchOptions& fetch, const WriteOptions& write) {
+  return fetch_while_writing(*impl_, selection, fetch, write,
+                             [&](detail::Arrivals* arrivals, const std::function<bool()>& stop) {
+                               return detail::write_selection_stream(*impl_, selection, fd, write, arrivals, stop);
+                             });
 }
 
 Result<std::vector<PlannedTransfer>> Checkpoint::plan(std::span<const Selection> selection, const FetchOptions& options) {
@@ -416,6 +500,13 @@ Result<detail::Blob*> Checkpoint::Impl::blob_holding(std::size_t file, std::span
     }
   }
   return blob;
+}
+
+Result<std::span<const std::byte>> Checkpoint::Impl::received_bytes(std::size_t file) const {
+  std::shared_lock lock(blob_mutex);
+  detail::Blob* blob = files[file].remote.blob.get();
+  if (!blob) return fail(ErrorCode::NotFetched, files[file].info.path + ": no cache blob to read");
+  return blob->map();
 }
 
 Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,

@@ -24,6 +24,7 @@
 
 #include "base/fs.h"
 #include "base/text.h"
+#include "checkpoint/arrivals.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "format/writer_internal.h"
 #include "hub/location.h"
@@ -91,7 +92,7 @@ class ByteWriter {
   static constexpr std::size_t kBuffer = std::size_t{1} << 20;     // gathers small pieces
   static constexpr std::size_t kDirect = std::size_t{256} << 10;   // written unbuffered from here
   static constexpr std::size_t kPiece = std::size_t{8} << 20;      // one write() of mapped bytes
-  static constexpr std::uint64_t kWriteback = std::uint64_t{32} << 20;
+  static constexpr std::uint64_t kWriteback = std::uint64_t{4} << 20;
 
   Result<void> write_all(std::span<const std::byte> bytes) {
     while (!bytes.empty()) {
@@ -146,12 +147,12 @@ class ByteWriter {
 /// An output file written under a temporary name beside its final path (detail::PendingFile:
 /// fsync'd, renamed into place, its directory fsync'd), through a ByteWriter. The temporary
 /// file is removed unless `commit()` succeeded.
-class PendingFile {
+class PendingOutput {
  public:
-  static Result<PendingFile> create(const std::string& final_path, const CancelToken& cancel) {
+  static Result<PendingOutput> create(const std::string& final_path, const CancelToken& cancel) {
     auto file = detail::PendingFile::create(final_path, 0644);
     if (!file) return fail(file.error());
-    PendingFile f(std::move(*file));
+    PendingOutput f(std::move(*file));
     f.writer_ = std::make_unique<ByteWriter>(f.file_.fd(), final_path, cancel, true);
     return f;
   }
@@ -168,7 +169,7 @@ class PendingFile {
   Result<void> commit() { return file_.commit(); }
 
  private:
-  explicit PendingFile(detail::PendingFile file) : file_(std::move(file)) {}
+  explicit PendingOutput(detail::PendingFile file) : file_(std::move(file)) {}
   detail::PendingFile file_;
   std::unique_ptr<ByteWriter> writer_;
 };
@@ -315,9 +316,38 @@ WriteJob plan_outputs(const Checkpoint::Impl& impl, std::span<const Selection> s
   return job;
 }
 
+// Where the tensors' bytes are read: the local files or the cache as they are; or, during a
+// fetch (`arrivals`, from fetch_and_write), each as soon as the fetch has written it.
+struct Source {
+  const Checkpoint::Impl& impl;
+  detail::Arrivals* arrivals = nullptr;
+  std::function<bool()> stop;  // with `arrivals`: the caller cancelled
+
+  // File `file`'s bytes, holding every range of `needed` (`what` names them in errors; `out`
+  // is the output being written).
+  Result<std::span<const std::byte>> bytes(std::size_t file, std::span<const ByteRange> needed, const std::string& what,
+                                           const std::string& out) const {
+    if (arrivals) {
+      switch (arrivals->wait(file, needed, stop)) {
+        case detail::Arrivals::Outcome::Here:
+          return impl.received_bytes(file);
+        case detail::Arrivals::Outcome::FetchFailed:
+          return fail(ErrorCode::Cancelled, out + ": not written: the fetch of its tensors failed");
+        case detail::Arrivals::Outcome::Stopped:
+          return fail(cancelled_error(out));
+        case detail::Arrivals::Outcome::NotTracked:
+        case detail::Arrivals::Outcome::FetchEnded:
+          break;
+      }
+    }
+    return impl.served_bytes(file, needed, what);
+  }
+};
+
 // Lays out one output file and writes it (header, then every tensor's bytes) through `writer`.
-Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile& o, ByteWriter& writer,
+Result<void> write_file(const Source& source, const WriteJob::OutputFile& o, ByteWriter& writer,
                         const CancelToken& cancel) {
+  const Checkpoint::Impl& impl = source.impl;
   auto laid = detail::layout_file_views(
       o.tensors.size(),
       [&](std::size_t i) {
@@ -336,7 +366,12 @@ Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile
     const ByteRange base = impl.files[s->ref.file].header.file_range(*s->ref.info);
     needed.clear();
     for (const auto& range : s->plan.ranges) needed.push_back(ByteRange{base.offset + range.offset, range.length});
-    auto bytes = impl.served_bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name));
+    // What is gathered goes out before waiting for the fetch: a reader of the stream (or the
+    // disk) gets it now.
+    if (source.arrivals && !source.arrivals->here(s->ref.file, needed)) {
+      if (auto r = writer.flush(); !r) return r;
+    }
+    auto bytes = source.bytes(s->ref.file, needed, "tensor " + detail::quote_name(s->ref.info->name), o.path);
     if (!bytes) return fail(bytes.error());
     for (const auto& range : needed) {
       if (range.end() > bytes->size()) {
@@ -351,13 +386,16 @@ Result<void> write_file(const Checkpoint::Impl& impl, const WriteJob::OutputFile
 
 }  // namespace
 
-Result<void> Checkpoint::write(std::span<const Selection> selection, const std::string& out,
-                               const WriteOptions& options) const {
-  if (auto r = check_selection(*impl_, selection); !r) return r;
+namespace detail {
+
+Result<void> write_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection, const std::string& out,
+                             const WriteOptions& options, Arrivals* arrivals, const std::function<bool()>& stop) {
+  const Source source{impl, arrivals, stop};
+  if (auto r = check_selection(impl, selection); !r) return r;
   if (out.find('\0') != std::string::npos) {
     return fail(ErrorCode::InvalidArgument, "output path " + detail::quote_name(out) + " contains a NUL byte");
   }
-  const WriteJob job = plan_outputs(*impl_, selection, out, options.sharded_output, options.metadata);
+  const WriteJob job = plan_outputs(impl, selection, out, options.sharded_output, options.metadata);
 
   // Where each file goes, and how. Never replace a file of the checkpoint being read (e.g. `-o`
   // naming its own directory).
@@ -366,8 +404,8 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) sources.emplace_back(st.st_dev, st.st_ino);
   };
-  for (std::size_t i = 0; i < impl_->files.size(); ++i) add_source(impl_->local_path(i));
-  if (impl_->index) add_source(impl_->root.empty() ? impl_->index_name : impl_->root + "/" + impl_->index_name);
+  for (std::size_t i = 0; i < impl.files.size(); ++i) add_source(impl.local_path(i));
+  if (impl.index) add_source(impl.root.empty() ? impl.index_name : impl.root + "/" + impl.index_name);
   auto target_of = [&](const std::string& path) -> Result<Target> {
     auto target = classify_target(path, !options.sharded_output);
     if (!target) return target;
@@ -390,8 +428,8 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     targets.push_back(std::move(*t));
   }
   std::optional<Target> index_target;
-  if (options.sharded_output && impl_->index) {
-    auto t = target_of(out + "/" + impl_->index_name);
+  if (options.sharded_output && impl.index) {
+    auto t = target_of(out + "/" + impl.index_name);
     if (!t) return fail(t.error());
     index_target = std::move(*t);
   }
@@ -401,31 +439,36 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
     auto fd = open_stream(targets[0].path, options.cancel);
     if (!fd) return fail(fd.error());
     ByteWriter writer(fd->get(), targets[0].path, options.cancel, false);
-    if (auto r = write_file(*impl_, job.outputs[0], writer, options.cancel); !r) return r;
+    if (auto r = write_file(source, job.outputs[0], writer, options.cancel); !r) return r;
     if (fd->close() != 0) return fail(detail::sys_error(targets[0].path, "close failed", errno));
     return {};
   }
 
-  std::vector<PendingFile> pending;
+  std::vector<PendingOutput> pending;
   for (std::size_t i = 0; i < job.outputs.size(); ++i) {
     const std::string& path = targets[i].path;
     std::error_code ec;
     auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) return fail(ErrorCode::Io, parent.string() + ": cannot create directory: " + ec.message());
-    auto file = PendingFile::create(path, options.cancel);
+    auto file = PendingOutput::create(path, options.cancel);
     if (!file) return fail(file.error());
-    if (auto r = write_file(*impl_, job.outputs[i], file->writer(), options.cancel); !r) return r;
+    if (auto r = write_file(source, job.outputs[i], file->writer(), options.cancel); !r) return r;
     if (auto r = file->finish(); !r) return r;
     pending.push_back(std::move(*file));
   }
   if (index_target) {
     std::string text = build_index_json(job.weight_map, job.total_size, job.total_parameters);
-    auto file = PendingFile::create(index_target->path, options.cancel);
+    auto file = PendingOutput::create(index_target->path, options.cancel);
     if (!file) return fail(file.error());
     if (auto r = file->writer().append(std::as_bytes(std::span(text))); !r) return r;
     if (auto r = file->finish(); !r) return r;
     pending.push_back(std::move(*file));
+  }
+  // Nothing is renamed into place before the fetch that brought the bytes succeeded.
+  if (arrivals && !arrivals->wait_end(stop)) {
+    return fail(options.cancel.cancelled() ? cancelled_error(out)
+                                           : Error{ErrorCode::Cancelled, out + ": not written: the fetch of its tensors failed"});
   }
   // The last moment a cancellation removes everything: after it, every file is renamed.
   if (options.cancel.cancelled()) return fail(cancelled_error(out));
@@ -436,20 +479,31 @@ Result<void> Checkpoint::write(std::span<const Selection> selection, const std::
   return {};
 }
 
-Result<void> Checkpoint::write_stream(std::span<const Selection> selection, int fd,
-                                      const WriteOptions& options) const {
+Result<void> write_selection_stream(const Checkpoint::Impl& impl, std::span<const Selection> selection, int fd,
+                                    const WriteOptions& options, Arrivals* arrivals, const std::function<bool()>& stop) {
   if (options.sharded_output) {
     return fail(ErrorCode::InvalidArgument,
                 "a sharded output (one file per shard plus an index) cannot be written to a stream");
   }
   if (fd < 0) return fail(ErrorCode::InvalidArgument, "write_stream: invalid file descriptor " + std::to_string(fd));
-  if (auto r = check_selection(*impl_, selection); !r) return r;
+  if (auto r = check_selection(impl, selection); !r) return r;
   const std::string what = "output stream (descriptor " + std::to_string(fd) + ")";
-  const WriteJob job = plan_outputs(*impl_, selection, what, false, options.metadata);
+  const WriteJob job = plan_outputs(impl, selection, what, false, options.metadata);
   StreamFd stream = stream_descriptor(fd);
   // Also a regular file is written as a stream here: at its offset, no rename, no fsync.
   ByteWriter writer(stream.fd, what, options.cancel, false);
-  return write_file(*impl_, job.outputs[0], writer, options.cancel);
+  return write_file(Source{impl, arrivals, stop}, job.outputs[0], writer, options.cancel);
+}
+
+}  // namespace detail
+
+Result<void> Checkpoint::write(std::span<const Selection> selection, const std::string& out,
+                               const WriteOptions& options) const {
+  return detail::write_selection(*impl_, selection, out, options, nullptr, {});
+}
+
+Result<void> Checkpoint::write_stream(std::span<const Selection> selection, int fd, const WriteOptions& options) const {
+  return detail::write_selection_stream(*impl_, selection, fd, options, nullptr, {});
 }
 
 }  // namespace tensorfetch

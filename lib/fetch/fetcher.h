@@ -63,6 +63,10 @@ struct FetchSettings {
   long commit_interval_ms = 500;          ///< ...or this long has passed
   std::function<bool(const FetchProgress&)> progress;     ///< false: cancel
   std::function<void(const HttpWait&)> on_wait;           ///< a server asked for a wait
+  /// Told, on the fetch's thread, of every range written to a blob (`FetchFile::index`), as soon
+  /// as it is written (before it is durable): a reader can copy it out of the page cache while
+  /// the rest arrives. Not for files with a sink.
+  std::function<void(std::size_t index, ByteRange range)> on_received;
 };
 
 /// What a fetch did.

@@ -1911,3 +1911,174 @@ TEST_CASE("views: Checkpoint::read copies a whole tensor or a slice (local, and 
     }
   }
 }
+
+// ======================================================================== fetch and write at once
+
+namespace {
+
+// Files in `dir` whose names start with `prefix` (an output's temporary names).
+std::vector<fs::path> files_starting(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fetch_and_write: the output is written while the fetch runs, equals a local get, travels the same "
+          "requests as fetch(); a re-run from the cache sends nothing",
+          "[fetch][fetch-and-write]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->clear_log();
+  const auto sel = pick(c, kSelection);
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  REQUIRE(planned.size() >= 8);
+  // One slow connection, chunks in file order: the first tensors are complete long before the
+  // last, so a writer that waits for the whole fetch would write nothing meanwhile.
+  f.server->slow_connections(512 << 10, 1);
+  const fs::path out = f.tmp / "both.safetensors";
+  FetchOptions fo = small_chunks(1);
+  std::uint64_t max_tmp_size_before_end = 0;
+  std::uint64_t total_to_fetch = 0;
+  fo.progress = [&](const FetchProgress& p) {
+    total_to_fetch = p.bytes_total;
+    if (p.bytes_done < p.bytes_total) {
+      for (const auto& t : files_starting(f.tmp.path(), "both.safetensors.tmp")) {
+        std::error_code ec;
+        max_tmp_size_before_end = std::max<std::uint64_t>(max_tmp_size_before_end, fs::file_size(t, ec));
+      }
+    }
+    return true;
+  };
+  auto stats = c.fetch_and_write(sel, out.string(), fo);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  f.server->slow_connections(0, 1);
+  const std::string expected = local_get(f, kSelection);
+  INFO("largest temporary output seen while bytes were still arriving: " << max_tmp_size_before_end << " of "
+                                                                        << expected.size() << " bytes");
+  CHECK(max_tmp_size_before_end > expected.size() / 4);
+  CHECK(read_file(out) == expected);
+  CHECK(files_starting(f.tmp.path(), "both.safetensors.tmp").empty());
+  // The requests are exactly the plan's, each chunk once, as fetch() sends them.
+  settle(*f.server);
+  const auto data = data_requests(f.server->log());
+  CHECK(stats->requests == planned.size());
+  CHECK(data.size() == planned.size());
+  std::multiset<std::string> asked, wanted;
+  for (const auto& r : data) asked.insert(r.range);
+  for (const auto& p : planned) wanted.insert(range_header(p));
+  CHECK(asked == wanted);
+  CHECK(total_to_fetch == total(planned));
+  check_request_rules(f.server->log(), f.etag);
+  // The cache holds them (committed, durable): a new Checkpoint writes the same file without a
+  // tensor request.
+  Checkpoint again = f.open();
+  f.server->clear_log();
+  const fs::path out2 = f.tmp / "again.safetensors";
+  auto cached = again.fetch_and_write(pick(again, kSelection), out2.string(), small_chunks(1));
+  REQUIRE(cached);
+  CHECK(cached->requests == 0);
+  CHECK(data_requests(f.server->log()).empty());
+  CHECK(read_file(out2) == expected);
+}
+
+TEST_CASE("fetch_and_write: a failed fetch leaves no output and no temporary file, and reports the fetch's error "
+          "(URL, exit 3); a failed write stops the fetch and reports the write's error",
+          "[fetch][fetch-and-write][faults]") {
+  Fixture f;
+  const fs::path out = f.tmp / "out.safetensors";
+  SECTION("the fetch fails: drops beyond the retries") {
+    OpenOptions o = f.open_options();
+    o.max_retries = 1;
+    Checkpoint c = f.open(std::string("hf://") + kRepo, o);
+    f.server->drop_after(20000, -1, "/cdn/");
+    auto stats = c.fetch_and_write(pick(c, kSelection), out.string(), small_chunks(2));
+    REQUIRE_FALSE(stats);
+    INFO(stats.error().message);
+    CHECK(stats.error().code == ErrorCode::Network);
+    CHECK(exit_code(stats.error().code) == 3);
+    CHECK_THAT(stats.error().message, Catch::Contains("/cdn/" + f.sha));
+    CHECK_FALSE(fs::exists(out));
+    CHECK(files_starting(f.tmp.path(), "out.safetensors").empty());
+    check_extents_hold_source(f.cache, f.blob_id, big_model());
+  }
+  SECTION("the write fails: the output is a directory") {
+    Checkpoint c = f.open();
+    f.server->clear_log();
+    fs::create_directories(out);
+    f.server->slow_connections(64 << 10, 1);  // the whole selection would take seconds
+    const auto t0 = std::chrono::steady_clock::now();
+    auto stats = c.fetch_and_write(pick(c, kSelection), out.string(), small_chunks(1));
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    f.server->slow_connections(0, 1);
+    REQUIRE_FALSE(stats);
+    INFO(stats.error().message << " (after " << wall << " s)");
+    CHECK(stats.error().code == ErrorCode::InvalidArgument);
+    CHECK_THAT(stats.error().message, Catch::Contains("is a directory"));
+    CHECK(wall < 1.5);
+    settle(*f.server);
+    CHECK(data_requests(f.server->log()).size() <= 2);  // stopped at its first chunk
+    CHECK(fs::is_directory(out));
+    CHECK(fs::is_empty(out));
+  }
+}
+
+TEST_CASE("fetch_and_write: the caller's cancel token stops the fetch and the write (Cancelled); no output is left",
+          "[fetch][fetch-and-write][cancel]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  f.server->slow_connections(64 << 10, 1);
+  const fs::path out = f.tmp / "cancelled.safetensors";
+  FetchOptions fo = small_chunks(1);
+  WriteOptions wo;
+  const bool through_write = GENERATE(false, true);
+  const CancelToken token = CancelToken::make();
+  (through_write ? wo.cancel : fo.cancel) = token;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    token.cancel();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stats = c.fetch_and_write(pick(c, kSelection), out.string(), fo, wo);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  canceller.join();
+  f.server->slow_connections(0, 1);
+  INFO("token of the " << (through_write ? "write" : "fetch") << " options; after " << wall << " s");
+  REQUIRE_FALSE(stats);
+  INFO(stats.error().message);
+  CHECK(stats.error().code == ErrorCode::Cancelled);
+  CHECK(wall < 1.0);
+  CHECK_FALSE(fs::exists(out));
+  CHECK(files_starting(f.tmp.path(), "cancelled.safetensors").empty());
+  check_extents_hold_source(f.cache, f.blob_id, big_model());
+}
+
+TEST_CASE("fetch_and_write_stream: a pipe receives the bytes a local get writes, while they arrive",
+          "[fetch][fetch-and-write][stream]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::string received;
+  std::thread reader([&] {
+    char buf[65536];
+    while (true) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n <= 0) break;
+      received.append(buf, static_cast<std::size_t>(n));
+    }
+  });
+  auto stats = c.fetch_and_write_stream(pick(c, kSelection), fds[1], small_chunks(2));
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  CHECK(stats->requests >= 8);
+  CHECK(received == local_get(f, kSelection));
+}

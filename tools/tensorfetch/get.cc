@@ -128,22 +128,19 @@ int run_get(const GetOptions& options) {
   auto selection = choose(*ckpt, options, tp, *rules, output->write);
   if (!selection) return report(selection.error());
 
-  FetchStats fetched;
-  if (ckpt->remote()) {
-    FetchOptions fetch = options.fetch;
-    fetch.progress = progress_callback(options.quiet);
-    fetch.cancel = interrupt_token();
-    auto r = ckpt->fetch(*selection, fetch);
-    finish_progress();
-    if (!r) return report(r.error());
-    fetched = *r;
-    if (options.hf_cache) {
-      auto n = ckpt->publish_to_hf_cache();
-      if (!n) return report(n.error());
-    }
+  // The fetch and the write run at once: each tensor is written as soon as its bytes arrived.
+  FetchOptions fetch = options.fetch;
+  fetch.progress = progress_callback(options.quiet);
+  fetch.cancel = interrupt_token();
+  auto written = output->to_stdout ? ckpt->fetch_and_write_stream(*selection, STDOUT_FILENO, fetch, output->write)
+                                   : ckpt->fetch_and_write(*selection, output->path, fetch, output->write);
+  finish_progress();
+  if (!written) return report(written.error());
+  const FetchStats fetched = *written;
+  if (ckpt->remote() && options.hf_cache) {
+    auto n = ckpt->publish_to_hf_cache();
+    if (!n) return report(n.error());
   }
-
-  if (auto written = write_output(*ckpt, *selection, *output); !written) return report(written.error());
 
   if (!options.quiet) {
     std::cerr << "tensorfetch: wrote " << selection->size()
