@@ -116,6 +116,11 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   mutable std::optional<std::optional<std::string>> url_config;  // guarded by url_config_mutex
   // Remote only:
   detail::HttpOptions http;                      // retries, timeouts, CA as open resolved them
+  // The open's HTTP client, kept with its idle connections until the checkpoint goes: libcurl
+  // 7.88 frees a connection's TLS state without a close_notify, and OpenSSL then marks the
+  // session it made not resumable, so closing them would make every fetch connection a full
+  // handshake (certificate, signature) instead of resuming that session.
+  std::unique_ptr<detail::HttpClient> open_client;
   std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
   // Guards RemoteFileState::blob and ::range_url of every file: `fetch` sets them while const
   // members (views, write) may read them on other threads.

@@ -602,6 +602,9 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
     impl.hf_repo_dir = remote.hf_repo_dir;
   }
   impl.http = http_options(options);
+  // The fetches resume the TLS sessions the open made (and use its DNS answers): a fresh share
+  // here would make every data connection a full handshake (certificate, signature) again.
+  impl.http.share = remote.client.options().share;
   impl.connections = options.connections;
   impl.endpoint = remote.endpoint;
   impl.token = remote.token;
@@ -762,6 +765,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   }
   impl.requests = remote.client.stats().requests;
   if (!opened) return fail(opened.error().with_context(std::string(location_text)));
+  impl.open_client = std::make_unique<detail::HttpClient>(std::move(remote.client));
   add_commit_key();  // step 5
   // What earlier fetches left in the cache can be viewed at once (blobs are not created here:
   // inspecting writes nothing).
