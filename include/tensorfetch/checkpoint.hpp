@@ -75,6 +75,13 @@ struct OpenOptions {
   /// against a per-connection cap of 8 MiB/s over TLS at 20 ms RTT (tools/bench/real_network.sh),
   /// 32 flows carried 2.1x what aria2c's 16 did, 16 flows 1.4x.
   std::size_t connections = 32;
+  /// Open the `connections` data connections while the open reads the index and headers, for
+  /// a caller that fetches right after (`tensorfetch get` and `download` do): the first fetch's
+  /// requests then go out on connections whose TCP and TLS handshakes are done, instead of
+  /// waiting for them after the headers arrived. For a URL location only, toward its host
+  /// unless that is the Hub endpoint; each connection is opened by one small request (a GET of
+  /// the location's first byte, redirects not followed). Lost when the data lies elsewhere.
+  bool warm_connections = false;
   /// Parallel HTTP transfers while reading headers on open: small requests, so every shard of
   /// a large checkpoint can be asked for at once (one round trip for all of them).
   std::size_t header_connections = 64;

@@ -2,8 +2,10 @@
 // Private: the state behind tensorfetch::Checkpoint, shared by its translation units.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <shared_mutex>
 #include <string>
 #include <string_view>
@@ -20,6 +22,33 @@ namespace tensorfetch {
 
 namespace detail {
 class Arrivals;
+
+/// The data connections of a checkpoint (`Checkpoint::Impl::data`): one HTTP client for every
+/// fetch, whose idle connections the next fetch reuses, possibly warmed while the open runs
+/// (`OpenOptions::warm_connections`) by small requests on a thread of its own. In fetch.cc.
+class DataConnections {
+ public:
+  /// Starts `n` requests of `warm` (one byte each) on a thread, each opening a connection that
+  /// `client()` then hands to the first fetch. Failures are ignored: warming is a guess.
+  DataConnections(HttpOptions http, HttpRequest warm, std::size_t n);
+  /// No warming: the client is made on first use.
+  explicit DataConnections(HttpOptions http);
+  /// Stops a warm-up still running (within about 100 ms) and joins its thread.
+  ~DataConnections();
+  DataConnections(const DataConnections&) = delete;
+  DataConnections& operator=(const DataConnections&) = delete;
+
+  /// The client, once the warm-up has ended (a warm-up still running is stopped: what it
+  /// connected stays). Its settings are the caller's to change (`reconfigure`). Not
+  /// thread-safe: one fetch at a time.
+  [[nodiscard]] HttpClient& client();
+
+ private:
+  CancelToken stop_ = CancelToken::make();  // (declared first: the client's settings hold it)
+  std::atomic<bool> warmed_{false};
+  HttpClient client_;
+  std::thread warming_;  // last: starts after the members it uses
+};
 }
 
 /// A wait a server asked for (`HttpWait`), as the public API reports it (`ServerWait`), its
@@ -121,6 +150,10 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   // session it made not resumable, so closing them would make every fetch connection a full
   // handshake (certificate, signature) instead of resuming that session.
   std::unique_ptr<detail::HttpClient> open_client;
+  // The fetches' HTTP client (HTTP/1.1, a TCP connection per transfer), kept between fetches
+  // with its idle connections: one connection pool for every fetch of the checkpoint. Made on
+  // the first fetch, or by the open when it warms connections (see DataConnections).
+  std::unique_ptr<detail::DataConnections> data;
   std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
   // Guards RemoteFileState::blob and ::range_url of every file: `fetch` sets them while const
   // members (views, write) may read them on other threads.

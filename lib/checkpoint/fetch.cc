@@ -23,6 +23,48 @@ namespace tensorfetch {
 
 using detail::quote_name;
 
+namespace detail {
+
+namespace {
+
+// The data client's settings: HTTP/1.1, a connection per transfer; while warming, `n` at once,
+// no retries, stopped by `stop`.
+HttpOptions data_options(HttpOptions http, std::size_t n, const CancelToken& stop) {
+  http.multiplex = false;
+  http.max_parallel = std::max<std::size_t>(1, n);
+  http.max_retries = 0;
+  http.cancel = stop;
+  http.on_wait = nullptr;
+  return http;
+}
+
+}  // namespace
+
+DataConnections::DataConnections(HttpOptions http, HttpRequest warm, std::size_t n)
+    : client_(data_options(std::move(http), n, stop_)),
+      warming_([this, warm = std::move(warm), n] {
+        const std::vector<HttpRequest> requests(n, warm);
+        (void)client_.perform(requests);  // failures only mean fewer warm connections
+        warmed_ = true;
+      }) {}
+
+DataConnections::DataConnections(HttpOptions http) : client_(data_options(std::move(http), 1, stop_)) { warmed_ = true; }
+
+DataConnections::~DataConnections() {
+  stop_.cancel();
+  if (warming_.joinable()) warming_.join();
+}
+
+HttpClient& DataConnections::client() {
+  if (warming_.joinable()) {
+    if (!warmed_) stop_.cancel();
+    warming_.join();
+  }
+  return client_;
+}
+
+}  // namespace detail
+
 namespace {
 
 // Opens the cache blob of remote file `i` (creating it unless offline) and records the bytes
@@ -134,6 +176,8 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   auto job = make_job(impl, std::move(wanted), options);
   if (!job) return fail(job.error());
   job->settings.on_received = hooks.received;
+  if (!impl.data) impl.data = std::make_unique<detail::DataConnections>(impl.http);
+  job->settings.client = &impl.data->client();
   if (hooks.ready) hooks.ready(job->files);
   if (impl.offline) {
     auto planned = detail::plan_chunks(job->files, job->settings);

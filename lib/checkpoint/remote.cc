@@ -756,6 +756,17 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     return use_hf_cache_copies(impl, remote.hf_repo_dir);
   }
   if (impl.offline) return open_without_network(impl, remote, location_text);
+  // The data connections, opened while the index and headers are read (a URL's files lie
+  // beside it, on its host): each by a GET of the location's first byte, redirects not
+  // followed. Not toward the Hub endpoint: its resolves count against a rate limit, and the
+  // data comes from the CDN they redirect to.
+  if (options.warm_connections && remote.location.kind == detail::LocationKind::Http && !impl.data &&
+      detail::url_authority(remote.location.url) != detail::url_authority(remote.endpoint)) {
+    HttpRequest warm = remote.request(remote.location.url, ByteRange{0, 1}, 1);
+    warm.max_redirects = 0;
+    impl.data = std::make_unique<detail::DataConnections>(impl.http, std::move(warm),
+                                                          std::max<std::size_t>(1, options.connections));
+  }
 
   Result<void> opened = remote.open_location();  // steps 2 and 3
   if (opened && !reuse_recorded_headers(impl, remote)) {

@@ -583,7 +583,10 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
     (void)state.report(true);
     state.progress.waiting_seconds = 0;
   };
-  HttpClient client(http);
+  std::optional<HttpClient> own;
+  if (!settings.client || !settings.client->reconfigure(http)) own.emplace(http);
+  HttpClient& client = own ? *own : *settings.client;
+  const HttpStats before = client.stats();  // a kept client counts its earlier fetches too
   std::optional<Error> error;
   auto note_error = [&](Error e) {
     if (!error || error_rank(e.code) > error_rank(error->code)) error = std::move(e);
@@ -661,8 +664,8 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   auto committed = state.committer.stop();
   if (!committed) note_error(committed.error());
   report.bytes_transferred = state.progress.bytes_done;
-  report.requests = client.stats().requests;
-  report.retries = client.stats().retries;
+  report.requests = client.stats().requests - before.requests;
+  report.retries = client.stats().retries - before.retries;
   if (error) return fail(*error);
   (void)state.report(true);
   // Whole files present: verify and mark complete.

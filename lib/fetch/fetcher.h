@@ -67,6 +67,9 @@ struct FetchSettings {
   /// as it is written (before it is durable): a reader can copy it out of the page cache while
   /// the rest arrives. Not for files with a sink.
   std::function<void(std::size_t index, ByteRange range)> on_received;
+  /// The client to run on, reconfigured to `http` (multiplex off) and its idle connections
+  /// reused, e.g. a checkpoint's kept between fetches; null: a new one for this fetch.
+  HttpClient* client = nullptr;
 };
 
 /// What a fetch did.

@@ -949,6 +949,14 @@ bool HttpClient::shorten(std::size_t id, std::uint64_t end) { return impl_->shor
 
 std::optional<TransferState> HttpClient::state(std::size_t id) const { return impl_->state(id); }
 
+bool HttpClient::reconfigure(HttpOptions options) {
+  if (!impl_->transfers.empty() || options.multiplex != impl_->options.multiplex) return false;
+  impl_->options = std::move(options);
+  curl_multi_setopt(impl_->multi.get(), CURLMOPT_MAXCONNECTS,
+                    static_cast<long>(std::max<std::size_t>(64, 2 * impl_->options.max_parallel)));
+  return true;
+}
+
 std::size_t HttpClient::active() const noexcept { return impl_->active; }
 
 const HttpStats& HttpClient::stats() const noexcept { return impl_->stats; }

@@ -246,6 +246,10 @@ class HttpClient {
   /// The state of request `id` of the current run; nullopt for an unknown id.
   [[nodiscard]] std::optional<TransferState> state(std::size_t id) const;
 
+  /// Replaces the settings between runs (nothing submitted or running), keeping the idle
+  /// connections for the next run. `multiplex` must stay as it was (false: refused).
+  bool reconfigure(HttpOptions options);
+
   /// Requests of the current run with an attempt in flight.
   [[nodiscard]] std::size_t active() const noexcept;
 

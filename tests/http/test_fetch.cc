@@ -2082,3 +2082,113 @@ TEST_CASE("fetch_and_write_stream: a pipe receives the bytes a local get writes,
   CHECK(stats->requests >= 8);
   CHECK(received == local_get(f, kSelection));
 }
+
+// ======================================================================== warm data connections
+
+TEST_CASE("data plane: warm_connections opens the N data connections during the open (one GET of the location's "
+          "first byte each); the first fetch's requests all go out on them, none on a new TCP connection",
+          "[fetch][data-plane][warm]") {
+  Fixture f;
+  // The file straight from the "CDN" host (not the Hub endpoint, toward which nothing is warmed).
+  const std::string url = f.server->cdn_url(kRepo, kFile);
+  constexpr std::size_t kN = 4;
+  OpenOptions o = f.open_options();
+  o.connections = kN;
+  o.warm_connections = true;
+  Checkpoint c = f.open(url, o);
+  const auto sel = pick(c, kSelection);
+  FetchOptions fo = small_chunks(kN);
+  auto stats = c.fetch(sel, fo);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  settle(*f.server);
+  const auto log = f.server->log();
+  std::string lines;
+  for (const auto& r : log) lines += r.to_json() + "\n";
+  INFO(lines);
+  // The warm-ups: N requests of the location's first byte, each on a connection of its own.
+  std::set<int> warm_ports;
+  std::size_t warm = 0;
+  for (const auto& r : of_kind(log, "cdn")) {
+    if (r.range != "bytes=0-0") continue;
+    ++warm;
+    CHECK(r.status == 206);
+    CHECK(r.body_bytes == 1);
+    warm_ports.insert(r.client_port);
+  }
+  CHECK(warm == kN);
+  CHECK(warm_ports.size() == kN);
+  // The fetch: every tensor request on one of those connections; it counts only its own.
+  const auto data = data_requests(log);
+  const Ranges planned = plan(wanted_ranges(c, sel), {{0, kWindow}}, 0, kChunk);
+  CHECK(stats->requests == planned.size());
+  std::size_t tensor_requests = 0;
+  for (const auto& r : data) {
+    if (r.range == "bytes=0-0") continue;
+    ++tensor_requests;
+    INFO(r.to_json());
+    CHECK(warm_ports.count(r.client_port) == 1);
+  }
+  CHECK(tensor_requests == planned.size());
+  for (const auto& name : {"layers.5.weight", "layers.15.weight"}) check_view(c, name, big_model());
+  // A second fetch reuses the same connections (one pool per checkpoint).
+  f.server->clear_log();
+  auto again = c.fetch(pick(c, {"layers.11.weight", "layers.12.weight"}), small_chunks(kN));
+  REQUIRE(again);
+  settle(*f.server);
+  for (const auto& r : data_requests(f.server->log())) {
+    INFO(r.to_json());
+    CHECK(warm_ports.count(r.client_port) == 1);
+  }
+}
+
+TEST_CASE("data plane: warming is best effort: a server that fails the warm-ups, or never answers them, changes "
+          "nothing but the time; a checkpoint destroyed while they run goes at once",
+          "[fetch][data-plane][warm]") {
+  Fixture f;
+  const std::string url = f.server->cdn_url(kRepo, kFile);
+  OpenOptions o = f.open_options();
+  o.connections = 3;
+  o.warm_connections = true;
+  SECTION("the warm-ups fail (503, not retried; the open's own requests retry): the open and the fetch succeed") {
+    f.server->fail_next(3, 503, 0, false);
+    Checkpoint c = f.open(url, o);
+    auto stats = c.fetch(pick(c, kSelection), small_chunks(3));
+    INFO((stats ? std::string() : stats.error().message));
+    REQUIRE(stats);
+    check_view(c, "layers.5.weight", big_model());
+  }
+  SECTION("every CDN body stalls: an open cancelled meanwhile returns at once, its warm-ups stopped with it") {
+    f.server->stall_after(0, -1, "/cdn/", 10000);
+    o.stall_timeout_ms = 20000;
+    o.cancel = CancelToken::make();
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      o.cancel.cancel();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    auto c = Checkpoint::open(url, o);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    canceller.join();
+    f.server->reset_switches();
+    REQUIRE_FALSE(c);
+    INFO(c.error().message << " after " << wall << " s");
+    CHECK(c.error().code == ErrorCode::Cancelled);
+    CHECK(wall < 1.5);
+  }
+}
+
+TEST_CASE("data plane: nothing is warmed toward the Hub endpoint (a resolve URL given as a URL location): its "
+          "resolves count against a rate limit", "[fetch][data-plane][warm]") {
+  Fixture f;
+  OpenOptions o = f.open_options();
+  o.warm_connections = true;
+  Checkpoint c = f.open(f.server->endpoint() + "/" + kRepo + "/resolve/main/" + kFile, o);
+  REQUIRE(c.fetch(pick(c, {"layers.5.weight"}), small_chunks(2)));
+  settle(*f.server);
+  for (const auto& r : f.server->log()) {
+    INFO(r.to_json());
+    CHECK(r.range != "bytes=0-0");
+  }
+  CHECK(of_kind(f.server->log(), "resolve").size() == 1);  // the open's, once
+}

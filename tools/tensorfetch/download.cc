@@ -21,6 +21,7 @@ int run_download(const DownloadOptions& options) {
   if (auto r = check_output_dir(options.output); !r) return report(r.error());
   OpenOptions open = options.open;
   open.cancel = interrupt_token();
+  open.warm_connections = true;  // the fetch follows: its connections are opened meanwhile
   auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
   FetchOptions fetch = options.fetch;

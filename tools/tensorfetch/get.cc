@@ -123,6 +123,7 @@ int run_get(const GetOptions& options) {
   if (!rules) return report(rules.error());
   OpenOptions open = options.open;
   open.cancel = interrupt_token();
+  open.warm_connections = true;  // the fetch follows: its connections are opened meanwhile
   auto ckpt = Checkpoint::open(options.location, open);
   if (!ckpt) return report(ckpt.error());
   auto selection = choose(*ckpt, options, tp, *rules, output->write);
