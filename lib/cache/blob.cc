@@ -556,12 +556,6 @@ Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   });
 }
 
-void Blob::start_writeback(ByteRange range) const {
-  if (range.length == 0 || shared_verified_) return;
-  ::sync_file_range(fd_.get(), static_cast<off64_t>(range.offset), static_cast<off64_t>(range.length),
-                    SYNC_FILE_RANGE_WRITE);
-}
-
 Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, const std::function<void()>& while_locked) {
   const std::string dir_path = this->dir_path();
   auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);

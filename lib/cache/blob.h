@@ -173,10 +173,6 @@ class Blob {
   /// process committed meanwhile).
   [[nodiscard]] Result<void> commit(std::span<const ByteRange> ranges);
 
-  /// Starts writing `range`'s bytes to disk without waiting (`sync_file_range`), so that the
-  /// `commit` after it has little left to flush. Best effort: a failure shows at that commit.
-  void start_writeback(ByteRange range) const;
-
   /// Re-reads meta.json (another process may have committed more). Returns the extents.
   [[nodiscard]] Result<RangeSet> refresh();
 

@@ -32,15 +32,12 @@ class Committer {
       : batch_bytes_(batch_bytes), interval_(interval_ms), thread_([this] { run(); }) {}
   ~Committer() { stop(); }
 
-  // Records `range` of `blob` as written, to be committed with the next batch; its writeback
-  // to disk starts at once (on this object's thread), so that the batch's flush is short.
   void add(Blob* blob, ByteRange range) {
     if (range.length == 0) return;
     std::lock_guard g(mutex_);
     pending_[blob].push_back(range);
     pending_bytes_ += range.length;
-    writeback_.emplace_back(blob, range);
-    cv_.notify_one();
+    if (pending_bytes_ >= batch_bytes_) cv_.notify_one();
   }
 
   // Commits everything still pending and stops the thread. Returns the first error.
@@ -69,19 +66,8 @@ class Committer {
  private:
   void run() {
     std::unique_lock lock(mutex_);
-    auto next_commit = std::chrono::steady_clock::now() + interval_;
     while (true) {
-      cv_.wait_until(lock, next_commit,
-                     [this] { return stopping_ || pending_bytes_ >= batch_bytes_ || !writeback_.empty(); });
-      if (!writeback_.empty()) {
-        auto started = std::move(writeback_);
-        writeback_.clear();
-        lock.unlock();
-        for (const auto& [blob, range] : started) blob->start_writeback(range);
-        lock.lock();
-      }
-      if (!stopping_ && pending_bytes_ < batch_bytes_ && std::chrono::steady_clock::now() < next_commit) continue;
-      next_commit = std::chrono::steady_clock::now() + interval_;
+      cv_.wait_for(lock, interval_, [this] { return stopping_ || pending_bytes_ >= batch_bytes_; });
       auto batch = std::move(pending_);
       pending_.clear();
       pending_bytes_ = 0;
@@ -125,7 +111,6 @@ class Committer {
   std::condition_variable cv_;
   std::map<Blob*, std::vector<ByteRange>> pending_;
   std::uint64_t pending_bytes_ = 0;
-  std::vector<std::pair<Blob*, ByteRange>> writeback_;  // added, writeback not yet started
   bool stopping_ = false;
   std::optional<Error> error_;
   std::thread thread_;  // last: starts after the members it uses
