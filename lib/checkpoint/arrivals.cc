@@ -6,6 +6,14 @@
 
 namespace tensorfetch::detail {
 
+namespace {
+
+bool covers_all(const RangeSet& set, std::span<const ByteRange> needed) {
+  return std::all_of(needed.begin(), needed.end(), [&](const ByteRange& r) { return covers(set, r); });
+}
+
+}  // namespace
+
 void Arrivals::track(std::size_t file, RangeSet present) {
   std::lock_guard g(mutex_);
   written_[file] = std::move(present);
@@ -33,8 +41,7 @@ void Arrivals::finish(bool ok) {
 bool Arrivals::here(std::size_t file, std::span<const ByteRange> needed) {
   std::lock_guard g(mutex_);
   auto it = written_.find(file);
-  if (it == written_.end() || ended_) return true;
-  return std::all_of(needed.begin(), needed.end(), [&](const ByteRange& r) { return covers(it->second, r); });
+  return it == written_.end() || ended_ || covers_all(it->second, needed);
 }
 
 Arrivals::Outcome Arrivals::wait(std::size_t file, std::span<const ByteRange> needed, const std::function<bool()>& stop,
@@ -43,11 +50,8 @@ Arrivals::Outcome Arrivals::wait(std::size_t file, std::span<const ByteRange> ne
   auto it = written_.find(file);
   if (it == written_.end()) return Outcome::NotTracked;
   const RangeSet& written = it->second;  // map nodes stay put
-  auto here = [&] {
-    return std::all_of(needed.begin(), needed.end(), [&](const ByteRange& r) { return covers(written, r); });
-  };
   while (true) {
-    if (here()) return Outcome::Here;
+    if (covers_all(written, needed)) return Outcome::Here;
     if (ended_) return ok_ ? Outcome::FetchEnded : Outcome::FetchFailed;
     if (stop && stop()) return Outcome::Stopped;
     changed_.wait_for(lock, std::chrono::milliseconds(poll_ms));

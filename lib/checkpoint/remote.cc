@@ -601,10 +601,12 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
     impl.revision = remote.location.hub.revision;
     impl.hf_repo_dir = remote.hf_repo_dir;
   }
-  impl.http = http_options(options);
-  // The fetches resume the TLS sessions the open made (and use its DNS answers): a fresh share
-  // here would make every data connection a full handshake (certificate, signature) again.
-  impl.http.share = remote.client.options().share;
+  // The open's settings, with its share: the fetches resume the TLS sessions the open made (and
+  // use its DNS answers); a fresh share would make every data connection a full handshake
+  // (certificate, signature) again. Not the open's cancel token or wait callback.
+  impl.http = remote.client.options();
+  impl.http.cancel = {};
+  impl.http.on_wait = nullptr;
   impl.connections = options.connections;
   impl.endpoint = remote.endpoint;
   impl.token = remote.token;

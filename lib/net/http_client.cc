@@ -447,8 +447,12 @@ struct HttpClient::Impl {
     global_init();
     multi.reset(curl_multi_init());
     curl_multi_setopt(multi.get(), CURLMOPT_PIPELINING, options.multiplex ? CURLPIPE_MULTIPLEX : CURLPIPE_NOTHING);
-    // Idle connections kept for reuse: enough for every slot (libcurl's default follows the
-    // number of handles added, which here changes with every attempt).
+    keep_connections();
+  }
+
+  // Idle connections kept for reuse: enough for every slot (libcurl's default follows the
+  // number of handles added, which here changes with every attempt).
+  void keep_connections() {
     curl_multi_setopt(multi.get(), CURLMOPT_MAXCONNECTS, static_cast<long>(std::max<std::size_t>(64, 2 * options.max_parallel)));
   }
 
@@ -952,8 +956,7 @@ std::optional<TransferState> HttpClient::state(std::size_t id) const { return im
 bool HttpClient::reconfigure(HttpOptions options) {
   if (!impl_->transfers.empty() || options.multiplex != impl_->options.multiplex) return false;
   impl_->options = std::move(options);
-  curl_multi_setopt(impl_->multi.get(), CURLMOPT_MAXCONNECTS,
-                    static_cast<long>(std::max<std::size_t>(64, 2 * impl_->options.max_parallel)));
+  impl_->keep_connections();
   return true;
 }
 
