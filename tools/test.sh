@@ -14,6 +14,7 @@ if [[ ! -f ../shared/reference-checkpoints/MANIFEST.json ]]; then
 fi
 
 passed=0 failed=0
+report=""  # each failure ("stage: test", with the test's last lines), repeated at the end
 run_suite() {  # NAME BUILD_DIR MESON_TEST_ARGS...
   local name=$1 dir=$2; shift 2
   echo "=== $name"
@@ -25,15 +26,33 @@ run_suite() {  # NAME BUILD_DIR MESON_TEST_ARGS...
     f=$(grep -c '"result": "\(FAIL\|TIMEOUT\|ERROR\|UNEXPECTEDPASS\)"' "$log" || true)
     passed=$((passed + p)); failed=$((failed + f))
     echo "--- $name: $p passed, $f failed"
+    (( f > 0 )) && report+=$(failed_tests "$log" | sed "s/^[^ ]/$name: &/")$'\n'
   else
-    failed=$((failed + 1))
+    failed=$((failed + 1)); report+="$name: no test log ($log)"$'\n'
   fi
+}
+# The names of a meson test log's failed tests, each followed by the lines that say why
+# (indented), so that the end of a long CI log still says what failed and why.
+failed_tests() {  # TESTLOG_JSON
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+for line in open(sys.argv[1], encoding="utf-8", errors="replace"):
+    t = json.loads(line)
+    if t.get("result") in ("FAIL", "TIMEOUT", "ERROR", "UNEXPECTEDPASS"):
+        print(f'{t["name"]} ({t["result"]}, {t.get("duration", 0):.1f} s)')
+        out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
+        # Catch2 and pytest name the failed check: show from a little before the first one.
+        first = next((i for i, o in enumerate(out) if "FAILED" in o or o.startswith("E ")), None)
+        out = out[max(0, first - 15):first + 45] if first is not None else out[-40:]
+        for o in out:
+            print("      | " + o[:300])
+PY
 }
 build() {  # DIR MESON_SETUP_ARGS...
   local dir=$1; shift
   rm -rf "$dir"
   if ! { meson setup "$dir" "$@" >/dev/null && ninja -C "$dir"; }; then
-    echo "=== build $dir FAILED"; failed=$((failed + 1)); return 1
+    echo "=== build $dir FAILED"; failed=$((failed + 1)); report+="build $dir failed"$'\n'; return 1
   fi
 }
 
@@ -61,7 +80,12 @@ PY
   return $rc
 }
 echo "=== python wheel"
-if wheel_check; then passed=$((passed + 1)); else echo "--- python wheel FAILED"; failed=$((failed + 1)); fi
+wheel_log=$(mktemp)
+if wheel_check 2>&1 | tee "$wheel_log"; then passed=$((passed + 1)); else
+  echo "--- python wheel FAILED"; failed=$((failed + 1))
+  report+="python wheel: failed"$'\n'$(tail -n 40 "$wheel_log" | sed 's/^/      | /')$'\n'
+fi
+rm -f "$wheel_log"
 
 # 2. AddressSanitizer + UndefinedBehaviorSanitizer (any report fails the test), at -O0: it
 #    compiles about 7 times faster than -O2 under the sanitizers, and the tests stay fast (timed
@@ -80,5 +104,6 @@ CXX=clang++-14 build build-fuzz -Dfuzz=true -Dtests=false -Dbench=false \
   run_suite "fuzz smoke" build-fuzz --suite fuzz
 
 echo
+[[ -n $report ]] && printf '=== what failed\n%s\n' "$report"
 echo "${passed} passed, ${failed} failed"
 (( failed == 0 ))
