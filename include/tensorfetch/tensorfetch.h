@@ -231,6 +231,13 @@ typedef struct tf_open_options {
    *  fails with `TF_ERR_CANCELLED` within about 100 ms, also while a request is stalled.
    *  NULL: not cancellable. Not kept: use `tf_cancel` for the checkpoint's fetches. */
   tf_cancel_token* cancel;
+  /** 1: open the `connections` data connections while `tf_open` reads the index and headers,
+   *  for a caller that fetches right after (a download manager fetching a selection): the
+   *  first fetch's requests then go out on connections whose TCP and TLS handshakes are done.
+   *  For a URL location only, toward its host unless that is the Hub endpoint; each connection
+   *  is opened by one GET of the location's first byte (redirects not followed); failures
+   *  there change nothing. 0 (the default): none. Any other value is `TF_ERR_INVALID_ARGUMENT`. */
+  int warm_connections;
 } tf_open_options;
 
 /**

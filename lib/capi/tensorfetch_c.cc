@@ -462,6 +462,13 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
       if (TF_HOLDS(tf_open_options, options, cancel) && options->cancel != nullptr) {
         o.cancel = options->cancel->token;
       }
+      if (TF_HOLDS(tf_open_options, options, warm_connections)) {
+        if (options->warm_connections != 0 && options->warm_connections != 1) {
+          return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_open_options.warm_connections must be 0 or 1, not ",
+                             std::to_string(options->warm_connections));
+        }
+        o.warm_connections = options->warm_connections == 1;
+      }
     }
     auto opened = tensorfetch::Checkpoint::open(location, o);
     if (!opened) return store_error(err, opened.error());

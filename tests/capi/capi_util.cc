@@ -107,26 +107,27 @@ void check_against_manifest(tf_checkpoint* ckpt, const nlohmann::json& manifest,
 }
 
 void check_against_files(tf_checkpoint* ckpt, const fs::path& dir) {
-  for (std::size_t f = 0; f < tf_file_count(ckpt); ++f) {
-    const fs::path path = dir / tf_file_path(ckpt, f);
-    INFO("file " << path);
-    const std::string bytes = tftest::read_file(path);
-    REQUIRE(bytes.size() >= 8);
-    CHECK(tf_file_size(ckpt, f) == bytes.size());
-    const std::uint64_t header = header_length(bytes);
-    std::uint64_t data_total = 0;
-    for (std::size_t i = 0; i < tf_tensor_count(ckpt); ++i) {
-      if (tf_tensor_file_index(ckpt, i) != f) continue;
-      const char* name = tf_tensor_name(ckpt, i);
-      INFO("tensor " << name);
-      const TensorBytes t = tensor_bytes(ckpt, i, name);
-      REQUIRE(t.length == t.end - t.begin);
-      REQUIRE(8 + header + t.end <= bytes.size());
-      CHECK((t.length == 0 || std::memcmp(t.data, bytes.data() + 8 + header + t.begin, t.length) == 0));
-      data_total += t.length;
-    }
-    CHECK(data_total == bytes.size() - 8 - header);  // the tensors tile the data section
+  for (std::size_t f = 0; f < tf_file_count(ckpt); ++f) check_against_file(ckpt, f, dir / tf_file_path(ckpt, f));
+}
+
+void check_against_file(tf_checkpoint* ckpt, std::size_t f, const fs::path& path) {
+  INFO("file " << path);
+  const std::string bytes = tftest::read_file(path);
+  REQUIRE(bytes.size() >= 8);
+  CHECK(tf_file_size(ckpt, f) == bytes.size());
+  const std::uint64_t header = header_length(bytes);
+  std::uint64_t data_total = 0;
+  for (std::size_t i = 0; i < tf_tensor_count(ckpt); ++i) {
+    if (tf_tensor_file_index(ckpt, i) != f) continue;
+    const char* name = tf_tensor_name(ckpt, i);
+    INFO("tensor " << name);
+    const TensorBytes t = tensor_bytes(ckpt, i, name);
+    REQUIRE(t.length == t.end - t.begin);
+    REQUIRE(8 + header + t.end <= bytes.size());
+    CHECK((t.length == 0 || std::memcmp(t.data, bytes.data() + 8 + header + t.begin, t.length) == 0));
+    data_total += t.length;
   }
+  CHECK(data_total == bytes.size() - 8 - header);  // the tensors tile the data section
 }
 
 std::uint64_t header_length(std::string_view bytes) {

@@ -130,6 +130,10 @@ void check_against_manifest(tf_checkpoint* ckpt, const nlohmann::json& manifest,
 /// tile each file's data section.
 void check_against_files(tf_checkpoint* ckpt, const fs::path& dir);
 
+/// The tensors of file `f` of `ckpt` against the file at `path` (e.g. a URL location's
+/// original), read here; they tile its data section.
+void check_against_file(tf_checkpoint* ckpt, std::size_t f, const fs::path& path);
+
 /// Writes a deterministic checkpoint (2 layers) with tensorfetch-make-checkpoint
 /// ($TENSORFETCH_MAKE_CHECKPOINT_BIN) into `dir`.
 void make_checkpoint(const fs::path& dir, int hidden, int vocab, int shards);

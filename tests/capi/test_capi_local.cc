@@ -344,6 +344,19 @@ TEST_CASE("C API: tf_open errors: missing paths NotFound, invalid files their fo
   CHECK(options.shared_cache == TF_SHARED_CACHE_FROM_ENV);
   options.shared_cache = 2;
   expect_open_error(missing.c_str(), &options, TF_ERR_INVALID_ARGUMENT, "shared_cache");
+  tf_open_options_init(&options);
+  CHECK(options.warm_connections == 0);
+  options.warm_connections = 2;
+  expect_open_error(missing.c_str(), &options, TF_ERR_INVALID_ARGUMENT, "warm_connections");
+  // A caller built against an older header (its struct ends before warm_connections): the
+  // field is not read, whatever lies beyond the size it set.
+  options.size = offsetof(tf_open_options, warm_connections);
+  expect_open_error(missing.c_str(), &options, TF_ERR_NOT_FOUND, missing);
+  // A local file: nothing to warm; it opens as without.
+  tf_open_options_init(&options);
+  options.warm_connections = 1;
+  Checkpoint local = open_ok((reference() / "dtypes" / "model.safetensors").string(), &options);
+  CHECK(tf_is_remote(local.get()) == 0);
 }
 
 TEST_CASE("C API: a tf_cancel_token on its own, NULL-safe; tf_open with a cancelled token is Cancelled (exit 1) until reset",

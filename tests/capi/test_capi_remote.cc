@@ -20,6 +20,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -794,6 +795,58 @@ TEST_CASE("C API remote: one connection and per-file progress: the files' figure
   CHECK(stats.requests == stats.chunks);  // one request each, one after the other
   CHECK(stats.retries == 0);
   check_against_files(c, repos().gen);
+}
+
+TEST_CASE("C API remote: warm_connections = 1: tf_open opens the N data connections (a GET of the file's first byte "
+          "each) and every request of the first fetch goes out on them; unset, tf_open sends no such request",
+          "[capi][remote][warm]") {
+  Fixture fx;
+  // A file's URL on the "CDN" host (nothing is warmed toward the Hub endpoint).
+  const std::string url = fx.server->cdn_url("gen/model", "model-00001-of-00002.safetensors");
+  constexpr std::size_t kN = 4;
+  const std::string dir = fx.cache("cache-warm");
+  tf_open_options o = fx.options(dir);
+  o.connections = kN;
+  {  // Not asked for: the open reads the header and nothing else.
+    Checkpoint plain = open_ok(url, &o);
+    for (const auto& r : fx.server->log()) CHECK(r.range != "bytes=0-0");
+  }
+  fx.server->clear_log();
+  o.warm_connections = 1;
+  Checkpoint ckpt = open_ok(url, &o);
+  // The warm-ups run beside the open; their records come as they end.
+  std::set<int> warm_ports;
+  std::size_t warm = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (warm < kN && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    warm = 0;
+    warm_ports.clear();
+    for (const auto& r : fx.server->log()) {
+      if (r.kind != "cdn" || r.range != "bytes=0-0") continue;
+      ++warm;
+      CHECK(r.status == 206);
+      warm_ports.insert(r.client_port);
+    }
+  }
+  CHECK(warm == kN);
+  CHECK(warm_ports.size() == kN);  // each on a TCP connection of its own
+  fx.server->clear_log();
+  tf_fetch_options fetch = fetch_options(kN, 65536, 1);
+  tf_fetch_stats stats;
+  tf_fetch_stats_init(&stats);
+  Error err;
+  CHECK_CODE(tf_fetch_all(ckpt.get(), &fetch, &stats, err.out()), TF_OK, err);
+  CHECK(stats.requests >= kN);
+  const auto log = fx.server->log();
+  CHECK(log.size() == stats.requests);
+  for (const auto& r : log) {
+    INFO(r.to_json());
+    CHECK(r.kind == "cdn");
+    CHECK(warm_ports.count(r.client_port) == 1);  // no new TCP connection
+  }
+  REQUIRE(tf_file_count(ckpt.get()) == 1);
+  check_against_file(ckpt.get(), 0, repos().gen / "model-00001-of-00002.safetensors");
 }
 
 TEST_CASE("C API remote: tf_publish_to_hf_cache writes the Hugging Face cache layout (blobs, relative symlinks, refs); "

@@ -531,6 +531,14 @@ TEST_CASE("get --tp of a plain http URL reads the config.json beside it (one req
   CHECK(ins.exit_code == 1);
   CHECK_THAT(ins.err, Catch::Matchers::Contains("--tp-rules"));
   CHECK(config_requests() == 1);
+  // It went out on a connection the open had made (its index or header reads): no handshake.
+  std::set<int> open_ports;
+  int config_port = -1;
+  for (const auto& rec : server.log()) {
+    if (rec.target.find("config.json") != std::string::npos) config_port = rec.client_port;
+    else if (config_port < 0) open_ports.insert(rec.client_port);
+  }
+  CHECK(open_ports.count(config_port) == 1);
   write_file(tmp / "rules.json", R"({"*": "replicate"})");
   auto ruled = run({"inspect", bare, "--tp", "2", "--tp-rules", (tmp / "rules.json").string(), "--cache-dir",
                     (tmp / "cache").string()});

@@ -219,3 +219,55 @@ def test_writing_into_a_remote_torch_tensor_changes_neither_the_cache_nor_other_
     with tensorfetch.safe_open(reference / "llama-tiny-sharded", framework="pt") as local:
         assert torch.equal(local.get_tensor(name), original)
     assert (t == 3.0).all()  # and the written tensor keeps its write
+
+
+def _cdn_url(hub, repo, path):
+    """Where the server's resolve URL redirects: the file on its "CDN" host."""
+    import urllib.error
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        opener.open(f"{hub.endpoint}/{repo}/resolve/main/{path}", timeout=10)
+    except urllib.error.HTTPError as e:
+        assert e.code == 302
+        return e.headers["Location"]
+    raise AssertionError("the resolve URL did not redirect")
+
+
+def test_warm_connections_opens_the_data_connections_during_the_open_and_the_fetch_uses_them(hub, remote):
+    url = _cdn_url(hub, "org/single", "model.safetensors")
+    hub.clear()
+    with tensorfetch.safe_open(url, framework="np", connections=4, warm_connections=True, **remote) as f:
+        deadline = time.monotonic() + 5
+        while True:  # the warm-ups run beside the open; their records come as they end
+            warm = [r for r in cdn_requests(hub.log()) if r["range"] == "bytes=0-0"]
+            if len(warm) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert len(warm) == 4 and all(r["status"] == 206 for r in warm)
+        ports = {r["client_port"] for r in warm}
+        assert len(ports) == 4  # a TCP connection each
+        hub.clear()
+        stats = f.prefetch(None, progress=False)
+        data = cdn_requests(hub.log())
+        assert len(data) == stats["requests"] >= 1
+        assert {r["client_port"] for r in data} <= ports  # no new connection
+    # Not asked for: no warm-up request.
+    hub.clear()
+    with tensorfetch.safe_open(url, framework="np", connections=4, **remote):
+        pass
+    assert [r for r in hub.log() if r.get("range") == "bytes=0-0"] == []
+    with pytest.raises(TypeError, match="warm_connections"):
+        tensorfetch.safe_open(url, framework="np", warm_connections=1, **remote)
+    # load() fetches right after the open: it warms by default.
+    hub.clear()
+    pytest.importorskip("torch")
+    state = tensorfetch.load(url, framework="pt", connections=2, progress=False, cache_dir=remote["cache_dir"] + "-load",
+                             **{k: v for k, v in remote.items() if k != "cache_dir"})
+    assert len(state) > 0
+    assert len([r for r in cdn_requests(hub.log()) if r["range"] == "bytes=0-0"]) == 2

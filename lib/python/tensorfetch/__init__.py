@@ -16,8 +16,10 @@ mapping (as safetensors' are: a write never reaches the file, the cache or anoth
 they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
 ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
-``offline``, ``shared_cache``, ``hf_hub_cache``, ``chunk_size``, ``coalesce_gap``,
-``coalesce_overfetch_percent``.
+``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``, ``chunk_size``,
+``coalesce_gap``, ``coalesce_overfetch_percent``. ``warm_connections=True`` opens the data
+connections of an http(s) location while its headers are read, for a fetch right after (``load``
+and ``download`` set it unless told otherwise).
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "offline": ("bool", 0, 0),
     "shared_cache": ("bool", 0, 0),
     "hf_hub_cache": ("path", 0, 0),
+    "warm_connections": ("bool", 0, 0),
 }
 _FETCH_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "chunk_size": ("int", 4096, 1 << 34),
@@ -589,7 +592,9 @@ def load(location: Union[str, "os.PathLike[str]"], names: Union[None, str, Itera
          framework: str = "pt", device: Any = "cpu", progress: Union[bool, Callable[[FetchProgress], Any]] = True,
          **options: Any) -> Dict[str, Any]:
     """Opens ``location``, fetches the named tensors (names or globs; None: all) in one parallel
-    fetch, and returns them as a dict of zero-copy tensors (a state dict), in natural name order."""
+    fetch, and returns them as a dict of zero-copy tensors (a state dict), in natural name order.
+    The fetch's connections are opened while the headers are read (``warm_connections``)."""
+    options.setdefault("warm_connections", True)
     with safe_open(location, framework=framework, device=device, **options) as f:
         h = f._handle()
         patterns, all_ = _patterns(names)
@@ -625,9 +630,11 @@ def download(location: Union[str, "os.PathLike[str]"], dir: Union[str, "os.PathL
     ``tensorfetch download`` does: every file is verified against the sha256 the Hub names;
     ``hf_cache=True`` also publishes them into the Hugging Face cache. Returns the figures
     (bytes_transferred, bytes_cached, requests, retries, chunks), ``published`` (files put in the
-    Hugging Face cache, or None) and ``unverified`` (files checked by size and ETag only)."""
+    Hugging Face cache, or None) and ``unverified`` (files checked by size and ETag only). The
+    connections are opened while the headers are read (``warm_connections``)."""
     if not isinstance(hf_cache, bool):
         raise TypeError("hf_cache must be True or False")
+    options.setdefault("warm_connections", True)
     callback, bar = _progress(progress)
     with safe_open(location, framework="np", **options) as f:
         try:

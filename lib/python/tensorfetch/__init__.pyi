@@ -82,6 +82,7 @@ class safe_open:
         offline: Optional[bool] = ...,
         shared_cache: Optional[bool] = ...,
         hf_hub_cache: Optional[_Location] = ...,
+        warm_connections: Optional[bool] = ...,
         chunk_size: Optional[int] = ...,
         coalesce_gap: Optional[int] = ...,
         coalesce_overfetch_percent: Optional[int] = ...,

@@ -86,6 +86,7 @@ tf::OpenOptions open_options(const py::dict& d) {
   if (auto v = get("offline")) o.offline = v->cast<bool>();
   if (auto v = get("shared_cache")) o.shared_cache = v->cast<bool>();
   if (auto v = get("hf_hub_cache")) o.hf_hub_cache = v->cast<std::string>();
+  if (auto v = get("warm_connections")) o.warm_connections = v->cast<bool>();
   return o;
 }
 
