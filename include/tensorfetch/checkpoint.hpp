@@ -81,6 +81,7 @@ struct OpenOptions {
   /// waiting for them after the headers arrived. For a URL location only, toward its host
   /// unless that is the Hub endpoint; each connection is opened by one small request (a GET of
   /// the location's first byte, redirects not followed). Lost when the data lies elsewhere.
+  /// The first fetch waits for warm-ups still running, at most 1 s, then stops them.
   bool warm_connections = false;
   /// Parallel HTTP transfers while reading headers on open: small requests, so every shard of
   /// a large checkpoint can be asked for at once (one round trip for all of them).

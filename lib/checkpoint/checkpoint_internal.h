@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -38,14 +40,20 @@ class DataConnections {
   DataConnections(const DataConnections&) = delete;
   DataConnections& operator=(const DataConnections&) = delete;
 
-  /// The client, once the warm-up has ended (a warm-up still running is stopped: what it
-  /// connected stays). Its settings are the caller's to change (`reconfigure`). Not
-  /// thread-safe: one fetch at a time.
-  [[nodiscard]] HttpClient& client();
+  /// The client, once the warm-up has ended. A warm-up still running is waited for up to
+  /// kWarmWait (its connections are further along than new ones would be), or until `cancel`,
+  /// then stopped (what it connected stays). Its settings are the caller's to change
+  /// (`reconfigure`). Not thread-safe: one fetch at a time.
+  [[nodiscard]] HttpClient& client(const CancelToken& cancel);
+
+  /// The longest a fetch waits for warm-ups still running (a server that never answers them).
+  static constexpr std::chrono::milliseconds kWarmWait{1000};
 
  private:
   CancelToken stop_ = CancelToken::make();  // (declared first: the client's settings hold it)
-  std::atomic<bool> warmed_{false};
+  std::mutex mutex_;
+  std::condition_variable warmed_cv_;
+  bool warmed_ = false;  // under mutex_
   HttpClient client_;
   std::thread warming_;  // last: starts after the members it uses
 };

@@ -45,7 +45,9 @@ DataConnections::DataConnections(HttpOptions http, HttpRequest warm, std::size_t
       warming_([this, warm = std::move(warm), n] {
         const std::vector<HttpRequest> requests(n, warm);
         (void)client_.perform(requests);  // failures only mean fewer warm connections
+        std::lock_guard lock(mutex_);
         warmed_ = true;
+        warmed_cv_.notify_all();
       }) {}
 
 DataConnections::DataConnections(HttpOptions http) : client_(data_options(std::move(http), 1, stop_)) { warmed_ = true; }
@@ -55,11 +57,18 @@ DataConnections::~DataConnections() {
   if (warming_.joinable()) warming_.join();
 }
 
-HttpClient& DataConnections::client() {
-  if (warming_.joinable()) {
+HttpClient& DataConnections::client(const CancelToken& cancel) {
+  if (!warming_.joinable()) return client_;
+  {
+    // In slices, so that a cancelled fetch stops waiting within one.
+    const auto deadline = std::chrono::steady_clock::now() + kWarmWait;
+    std::unique_lock lock(mutex_);
+    while (!warmed_ && !cancel.cancelled() && std::chrono::steady_clock::now() < deadline) {
+      warmed_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
     if (!warmed_) stop_.cancel();
-    warming_.join();
   }
+  warming_.join();
   return client_;
 }
 
@@ -177,7 +186,7 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   if (!job) return fail(job.error());
   job->settings.on_received = hooks.received;
   if (!impl.data) impl.data = std::make_unique<detail::DataConnections>(impl.http);
-  job->settings.client = &impl.data->client();
+  job->settings.client = [&impl, cancel = options.cancel] { return &impl.data->client(cancel); };
   if (hooks.ready) hooks.ready(job->files);
   if (impl.offline) {
     auto planned = detail::plan_chunks(job->files, job->settings);

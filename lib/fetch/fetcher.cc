@@ -569,8 +569,9 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
     state.progress.waiting_seconds = 0;
   };
   std::optional<HttpClient> own;
-  if (!settings.client || !settings.client->reconfigure(http)) own.emplace(http);
-  HttpClient& client = own ? *own : *settings.client;
+  HttpClient* kept = chunks.empty() || !settings.client ? nullptr : settings.client();
+  if (!kept || !kept->reconfigure(http)) own.emplace(http);
+  HttpClient& client = own ? *own : *kept;
   const HttpStats before = client.stats();  // a kept client counts its earlier fetches too
   std::optional<Error> error;
   auto note_error = [&](Error e) {

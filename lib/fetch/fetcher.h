@@ -68,8 +68,10 @@ struct FetchSettings {
   /// the rest arrives. Not for files with a sink.
   std::function<void(std::size_t index, ByteRange range)> on_received;
   /// The client to run on, reconfigured to `http` (multiplex off) and its idle connections
-  /// reused, e.g. a checkpoint's kept between fetches; null: a new one for this fetch.
-  HttpClient* client = nullptr;
+  /// reused, e.g. a checkpoint's kept between fetches. Called once, and only when there is
+  /// something to transfer (it may wait for connections being opened); unset or null: a new
+  /// client for this fetch.
+  std::function<HttpClient*()> client;
 };
 
 /// What a fetch did.

@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
+#include "checkpoint/checkpoint_internal.h"
 #include "hub_server.hpp"
 #include "net/http_client.h"
 #include "support/env.hpp"
@@ -561,4 +563,89 @@ TEST_CASE("remote: without an explicit token, $HF_TOKEN and then $HF_HOME/token 
   env.set("HF_TOKEN", "wrong");  // HF_TOKEN wins over the file
   auto wrong = Checkpoint::open("hf://org/llama-tiny-single", o);
   CHECK_FALSE(wrong);
+}
+
+// ---- the data connections a fetch gets from a warming open (detail::DataConnections) --------
+
+namespace {
+
+// The client ports of the server's log records of `range` (waits up to 2 s for `n` of them:
+// a record is complete when the server has written the response).
+std::set<int> ports_of(const HubServer& server, const std::string& range, std::size_t n) {
+  std::set<int> ports;
+  std::size_t seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  do {
+    ports.clear();
+    seen = 0;
+    for (const auto& r : server.log()) {
+      if (r.range != range) continue;
+      ++seen;
+      ports.insert(r.client_port);
+    }
+    if (seen >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return ports;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("data connections: a fetch that asks for the client while warm-ups still run waits for them and gets their "
+          "connections; warm-ups that never end cost it kWarmWait; a cancelled fetch does not wait",
+          "[remote][warm]") {
+  if (reference().empty()) return;
+  using detail::DataConnections;
+  Fixture f;
+  detail::HttpRequest warm;
+  warm.url = f.server.cdn_url("org/llama-tiny-single", "model.safetensors");
+  REQUIRE_FALSE(warm.url.empty());
+  warm.range = ByteRange{0, 1};
+  warm.max_redirects = 0;
+  constexpr std::size_t kN = 3;
+  const auto started = std::chrono::steady_clock::now();
+  SECTION("warm-ups of 400 ms: waited for, then the next requests ride their connections") {
+    f.server.set_latency_ms(400);
+    DataConnections data(detail::HttpOptions{}, warm, kN);
+    detail::HttpClient& client = data.client(CancelToken{});
+    const double waited = seconds_since(started);
+    INFO("client() returned after " << waited << " s");
+    CHECK(waited >= 0.35);
+    CHECK(waited < DataConnections::kWarmWait.count() / 1000.0);
+    const std::set<int> warm_ports = ports_of(f.server, "bytes=0-0", kN);
+    CHECK(warm_ports.size() == kN);  // all three answered, each on a connection of its own
+    f.server.set_latency_ms(0);
+    detail::HttpRequest next = warm;
+    next.range = ByteRange{1, 2};
+    const auto results = client.perform(std::vector<detail::HttpRequest>(kN, next));
+    for (const auto& r : results) CHECK(r);
+    const std::set<int> next_ports = ports_of(f.server, "bytes=1-2", kN);
+    CHECK_FALSE(next_ports.empty());
+    for (int port : next_ports) CHECK(warm_ports.count(port) == 1);  // no new connection
+  }
+  SECTION("warm-ups that never end: the fetch waits kWarmWait, then stops them") {
+    f.server.stall_after(0, -1, "/cdn/", 10000);
+    DataConnections data(detail::HttpOptions{}, warm, kN);
+    (void)data.client(CancelToken{});
+    const double waited = seconds_since(started);
+    INFO("client() returned after " << waited << " s");
+    CHECK(waited >= DataConnections::kWarmWait.count() / 1000.0);
+    CHECK(waited < DataConnections::kWarmWait.count() / 1000.0 + 0.8);
+    f.server.reset_switches();
+  }
+  SECTION("a cancelled fetch stops them at once") {
+    f.server.stall_after(0, -1, "/cdn/", 10000);
+    DataConnections data(detail::HttpOptions{}, warm, kN);
+    auto cancel = CancelToken::make();
+    cancel.cancel();
+    (void)data.client(cancel);
+    const double waited = seconds_since(started);
+    INFO("client() returned after " << waited << " s");
+    CHECK(waited < 0.5);
+    f.server.reset_switches();
+  }
 }
