@@ -236,7 +236,8 @@ typedef struct tf_open_options {
    *  first fetch's requests then go out on connections whose TCP and TLS handshakes are done.
    *  For a URL location only, toward its host unless that is the Hub endpoint; each connection
    *  is opened by one GET of the location's first byte (redirects not followed); failures
-   *  there change nothing; the first fetch waits for those still running, at most 1 s. 0 (the default): none. Any other value is `TF_ERR_INVALID_ARGUMENT`. */
+   *  there change nothing; the first fetch waits for those still running, at most 1 s.
+   *  0 (the default): none. Any other value is `TF_ERR_INVALID_ARGUMENT`. */
   int warm_connections;
 } tf_open_options;
 
