@@ -540,9 +540,19 @@ Result<UniqueFd> open_file_within(int rootfd, std::string_view rel, const std::s
   return fail(ErrorCode::Io, quote_name(join(shown, std::string(rel))) + " names a directory, not a file");
 }
 
-Result<void> remove_tree_at(int dirfd, std::string_view name_in, const std::string& shown) {
+namespace {
+
+// Directories nested deeper than this under the tree's top are not removed (the cache's trees
+// are 2 levels deep): the walk below recurses once per level.
+constexpr int kMaxTreeDepth = 32;
+
+Result<void> remove_tree_at(int dirfd, std::string_view name_in, const std::string& shown, int depth) {
   const std::string name(name_in);
   const std::string path = join(shown, name);
+  if (depth > kMaxTreeDepth) {
+    return fail(ErrorCode::Io, quote_name(path) + ": directories nested deeper than " + std::to_string(kMaxTreeDepth) +
+                                   " levels; not removed");
+  }
   struct stat st {};
   if (::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno == ENOENT) return {};
@@ -555,7 +565,7 @@ Result<void> remove_tree_at(int dirfd, std::string_view name_in, const std::stri
     if (!fd) return fail(sys_error(path, "cannot open directory", errno));
     Result<void> result;
     for (const auto& e : *entries) {
-      if (auto r = remove_tree_at(fd.get(), e, path); !r && result) result = r;
+      if (auto r = remove_tree_at(fd.get(), e, path, depth + 1); !r && result) result = r;
     }
     if (!result) return result;
     if (::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
@@ -565,6 +575,12 @@ Result<void> remove_tree_at(int dirfd, std::string_view name_in, const std::stri
   }
   if (::unlinkat(dirfd, name.c_str(), 0) != 0 && errno != ENOENT) return fail(sys_error(path, "cannot remove", errno));
   return {};
+}
+
+}  // namespace
+
+Result<void> remove_tree_at(int dirfd, std::string_view name, const std::string& shown) {
+  return remove_tree_at(dirfd, name, shown, 0);
 }
 
 }  // namespace tensorfetch::detail

@@ -211,6 +211,7 @@ class PendingFile {
 
 /// Removes `name` in `dirfd` and, when it is a directory, everything in it, never following a
 /// symbolic link (a link is removed, its target left alone). A missing `name` is not an error.
+/// Directories nested more than 32 levels below `name` are refused (`Io`), not walked.
 [[nodiscard]] Result<void> remove_tree_at(int dirfd, std::string_view name, const std::string& shown);
 
 }  // namespace tensorfetch::detail

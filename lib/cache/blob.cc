@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/text.h"
+#include "format/json_depth.h"
 #include "net/url.h"
 
 namespace tensorfetch::detail {
@@ -77,8 +78,9 @@ nlohmann::json to_json(const BlobMeta& m) {
 // A meta.json that cannot be read as written by us is treated as holding nothing: the blob is
 // then fetched again, never served from.
 std::optional<BlobMeta> parse_meta(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto parsed = detail::parse_json(text, ErrorCode::Io, "meta.json");
+  if (!parsed || !parsed->is_object()) return std::nullopt;
+  const nlohmann::json& j = *parsed;
   try {
     BlobMeta m;
     m.size = j.at("size").get<std::uint64_t>();

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_internal.h"
+#include "format/json_depth.h"
 
 namespace tensorfetch {
 
@@ -118,9 +119,11 @@ Result<void> open_offline(Checkpoint::Impl& impl, const std::vector<std::string>
 
 Result<void> load_snapshot(Checkpoint::Impl& impl, std::string_view text, const std::string& path,
                            const std::shared_ptr<const detail::CacheDir>& cache) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
   auto bad = [&](const std::string& why) { return fail(ErrorCode::Io, path + ": unreadable snapshot manifest: " + why); };
-  if (j.is_discarded() || !j.is_object() || !j.contains("files") || !j["files"].is_array()) return bad("not a manifest");
+  auto parsed = detail::parse_json(text, ErrorCode::Io, "it");
+  if (!parsed) return bad(parsed.error().message);
+  nlohmann::json& j = *parsed;
+  if (!j.is_object() || !j.contains("files") || !j["files"].is_array()) return bad("not a manifest");
   try {
     impl.commit = opt_string(j, "commit");
     impl.config_json = opt_string(j, "config_json");

@@ -18,6 +18,7 @@
 
 #include "format/header_internal.h"
 #include "format/huge_pages.h"
+#include "format/json_depth.h"
 #include "format/json_internal.h"
 #include "format/name_index.h"
 #include "format/sniff.h"
@@ -158,6 +159,9 @@ std::string describe(const TensorInfo& t) {
   return "tensor " + quote_name(t.name) + " (" + offsets_text(t.begin, t.end) + ")";
 }
 
+// The nesting level of a tensor entry and of `__metadata__` (the root object is level 1).
+constexpr std::size_t kEntryDepth = 2;
+
 // A type mismatch on a well-formed value, as opposed to malformed JSON.
 bool is_type_error(simdjson::error_code e) {
   return e == simdjson::INCORRECT_TYPE || e == simdjson::NUMBER_OUT_OF_RANGE;
@@ -175,6 +179,16 @@ struct Reader {
     const char* at = nullptr;
     if (!doc.current_location().get(at) && at >= text && at <= text + size) {
       msg += " (near byte " + std::to_string(kPrefixSize + static_cast<std::size_t>(at - text)) + " of the file)";
+    }
+    return Error{ErrorCode::HeaderJson, std::move(msg)};
+  }
+
+  // An array or object at `at` nested deeper than kMaxJsonDepth, inside `where`.
+  Error too_deep(const char* at, std::string_view where) {
+    std::string msg = "header nests arrays and objects deeper than " + std::to_string(detail::kMaxJsonDepth) +
+                      " levels (the reference parser's limit), in " + std::string(where);
+    if (at >= text && at <= text + size) {
+      msg += " at byte " + std::to_string(kPrefixSize + static_cast<std::size_t>(at - text)) + " of the file";
     }
     return Error{ErrorCode::HeaderJson, std::move(msg)};
   }
@@ -212,7 +226,7 @@ Result<void> read_field(Reader& rd, simdjson::simdjson_result<od::field> step, o
   return {};
 }
 
-Result<void> validate_value(Reader& rd, od::value value, std::string_view where);
+Result<void> validate_value(Reader& rd, od::value value, std::string_view where, std::size_t depth);
 
 // Refuses a key seen before in the same object. Small objects compare linearly; big ones hash.
 class KeySet {
@@ -234,9 +248,14 @@ class KeySet {
 
 // Walks `value` completely: every string unescaped, every number and literal parsed, every
 // object checked for duplicate keys (named with `where`). Malformed JSON is HeaderJson.
-Result<void> validate_value(Reader& rd, od::value value, std::string_view where) {
+// `depth` is the nesting level `value` has if it is an array or an object (the header's root
+// object is level 1): past kMaxJsonDepth it is refused (HeaderJson), so the recursion is bounded.
+Result<void> validate_value(Reader& rd, od::value value, std::string_view where, std::size_t depth) {
   od::json_type type{};
   if (auto e = value.type().get(type)) return fail(rd.json_error(e));
+  if ((type == od::json_type::object || type == od::json_type::array) && depth > detail::kMaxJsonDepth) {
+    return fail(rd.too_deep(value.raw_json_token().data(), where));
+  }
   switch (type) {
     case od::json_type::object: {
       od::object obj;
@@ -249,7 +268,7 @@ Result<void> validate_value(Reader& rd, od::value value, std::string_view where)
         if (!keys.insert(key)) {
           return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + std::string(where));
         }
-        if (auto r = validate_value(rd, field.value(), where); !r) return r;
+        if (auto r = validate_value(rd, field.value(), where, depth + 1); !r) return r;
       }
       return {};
     }
@@ -259,7 +278,7 @@ Result<void> validate_value(Reader& rd, od::value value, std::string_view where)
       for (auto item_result : arr) {
         od::value item;
         if (auto e = std::move(item_result).get(item)) return fail(rd.json_error(e));
-        if (auto r = validate_value(rd, item, where); !r) return r;
+        if (auto r = validate_value(rd, item, where, depth + 1); !r) return r;
       }
       return {};
     }
@@ -289,10 +308,10 @@ Result<void> validate_value(Reader& rd, od::value value, std::string_view where)
 }
 
 // A value of the wrong type: checks it is well-formed JSON (else HeaderJson), then returns
-// the excerpt of its text for the caller's message.
-Result<std::string> wrong_value(Reader& rd, od::value value, std::string_view where) {
+// the excerpt of its text for the caller's message. `depth` as for validate_value.
+Result<std::string> wrong_value(Reader& rd, od::value value, std::string_view where, std::size_t depth) {
   const char* start = value.raw_json_token().data();
-  if (auto r = validate_value(rd, value, where); !r) return fail(r.error());
+  if (auto r = validate_value(rd, value, where, depth); !r) return fail(r.error());
   return rd.excerpt(start);
 }
 
@@ -301,7 +320,7 @@ Result<Metadata> parse_metadata(Reader& rd, od::value value) {
   od::object obj;
   if (auto e = value.get_object().get(obj)) {
     if (!is_type_error(e)) return fail(rd.json_error(e));
-    if (auto r = validate_value(rd, value, "__metadata__"); !r) return fail(r.error());
+    if (auto r = validate_value(rd, value, "__metadata__", kEntryDepth); !r) return fail(r.error());
     return fail(ErrorCode::InvalidMetadata,
                 "__metadata__ must be an object of strings or null, got " + rd.excerpt(start));
   }
@@ -314,7 +333,7 @@ Result<Metadata> parse_metadata(Reader& rd, od::value value) {
     std::string_view text;
     if (auto e = field.value().get_string().get(text)) {
       if (!is_type_error(e)) return fail(rd.json_error(e));
-      auto got = wrong_value(rd, field.value(), "__metadata__");
+      auto got = wrong_value(rd, field.value(), "__metadata__", kEntryDepth + 1);
       if (!got) return fail(got.error());
       return fail(ErrorCode::InvalidMetadata,
                   "__metadata__ value for key " + quote_name(k) + " must be a string, got " + *got);
@@ -345,7 +364,7 @@ Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view tenso
   od::array arr;
   if (auto e = value.get_array().get(arr)) {
     if (!is_type_error(e)) return fail(rd.json_error(e));
-    auto got = wrong_value(rd, value, where());
+    auto got = wrong_value(rd, value, where(), kEntryDepth + 1);
     if (!got) return fail(got.error());
     result.ok = false;
     result.excerpt = std::move(*got);
@@ -372,7 +391,7 @@ Result<UintArray> read_uints(Reader& rd, od::value value, std::string_view tenso
         continue;
       }
     }
-    if (auto r = validate_value(rd, item, where()); !r) return fail(r.error());
+    if (auto r = validate_value(rd, item, where(), kEntryDepth + 2); !r) return fail(r.error());
   }
   if (!result.ok) result.excerpt = rd.excerpt(start);
   return result;
@@ -405,7 +424,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
   od::object obj;
   if (auto e = value.get_object().get(obj)) {
     if (!is_type_error(e)) return fail(rd.json_error(e));
-    if (auto r = validate_value(rd, value, where()); !r) return r;
+    if (auto r = validate_value(rd, value, where(), kEntryDepth); !r) return r;
     return fail_entry(ErrorCode::InvalidEntry, "entry must be an object, got " + rd.excerpt(start));
   }
   bool have_dtype = false, have_shape = false, have_offsets = false;
@@ -433,7 +452,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
       std::string_view name;
       if (auto e = field.value().get_string().get(name)) {
         if (!is_type_error(e)) return fail(rd.json_error(e));
-        auto got = wrong_value(rd, field.value(), where());
+        auto got = wrong_value(rd, field.value(), where(), kEntryDepth + 1);
         if (!got) return fail(got.error());
         return fail_entry(ErrorCode::InvalidDtype, "dtype must be a string, got " + *got);
       }
@@ -458,7 +477,7 @@ Result<void> parse_entry(Reader& rd, od::value value, TensorInfo& t, std::vector
         return fail(ErrorCode::DuplicateKey, "duplicate key " + quote_name(key) + " in " + where());
       }
       unknown.emplace_back(key);
-      if (auto r = validate_value(rd, field.value(), where()); !r) return r;
+      if (auto r = validate_value(rd, field.value(), where(), kEntryDepth + 1); !r) return r;
     }
   }
   if (!have_dtype) return fail_entry(ErrorCode::InvalidEntry, "missing 'dtype'");

@@ -12,6 +12,37 @@ namespace tensorfetch::detail {
 namespace {
 // Below this, 4 KiB pages are fine.
 constexpr std::size_t kAdviseThreshold = std::size_t{4} << 20;
+
+// simdjson's depth limit counts a scalar inside the innermost container as a level, but not an
+// empty array or object: with max_depth kMaxJsonDepth + 1 it refuses every document nested past
+// kMaxJsonDepth except one whose level kMaxJsonDepth + 1 is an empty container. That one is
+// found here, on the parsed document's tape (one word per token; numbers take two), before
+// anything else walks the document.
+bool nested_deeper_than(const simdjson::dom::document& doc, std::size_t limit) {
+  const std::uint64_t* tape = doc.tape.get();
+  const std::uint64_t end = tape[0] & simdjson::internal::JSON_VALUE_MASK;  // the root's closing word
+  std::size_t depth = 0;
+  for (std::uint64_t i = 1; i < end; ++i) {
+    switch (static_cast<char>(tape[i] >> 56)) {
+      case '[':
+      case '{':
+        if (++depth > limit) return true;
+        break;
+      case ']':
+      case '}':
+        --depth;
+        break;
+      case 'l':
+      case 'u':
+      case 'd':
+        ++i;  // the number's value word
+        break;
+      default:
+        break;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 Result<simdjson::dom::element> JsonParser::parse(std::span<const std::byte> bytes, ErrorCode code,
@@ -33,7 +64,7 @@ Result<simdjson::dom::element> JsonParser::parse(std::span<const std::byte> byte
     const std::size_t capacity = std::max<std::size_t>(len, 64);
     // The parser allocates its document lazily inside parse(); allocate it now so that its
     // buffers exist when they are advised.
-    if (auto err = parser_.allocate(capacity); err || (err = parser_.doc.allocate(capacity))) {
+    if (auto err = parser_.allocate(capacity, kMaxJsonDepth + 1); err || (err = parser_.doc.allocate(capacity))) {
       capacity_ = 0;
       return fail(code, std::string(what) + " cannot be parsed: " +
                             std::string(simdjson::error_message(err)));
@@ -46,7 +77,12 @@ Result<simdjson::dom::element> JsonParser::parse(std::span<const std::byte> byte
     capacity_ = capacity;
   }
   const auto* data = reinterpret_cast<const std::uint8_t*>(input);
-  if (auto err = parser_.parse(data, len, /*realloc_if_needed=*/false).get(doc); err) {
+  auto err = parser_.parse(data, len, /*realloc_if_needed=*/false).get(doc);
+  if (err == simdjson::DEPTH_ERROR || (!err && nested_deeper_than(parser_.doc, kMaxJsonDepth))) {
+    return fail(code, std::string(what) + " nests arrays and objects deeper than " + std::to_string(kMaxJsonDepth) +
+                          " levels (the reference parser's limit)");
+  }
+  if (err) {
     return fail(code, std::string(what) + " is not valid JSON: " +
                           std::string(simdjson::error_message(err)));
   }

@@ -11,11 +11,13 @@
 
 #include "base/text.h"
 #include "format/huge_pages.h"
+#include "format/json_depth.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
 
-/// A reusable strict JSON parser (simdjson DOM). Its buffers, and a padded copy of the input,
+/// A reusable strict JSON parser (simdjson DOM), refusing nesting deeper than kMaxJsonDepth
+/// (so the walks over its documents, which recurse, stay within that). Its buffers, and a padded copy of the input,
 /// are kept between calls and grown as needed; large ones are huge-page-advised. Not
 /// thread-safe. Results stay valid until the next `parse`.
 class JsonParser {

@@ -323,6 +323,12 @@ TEST_CASE("C API: tf_open errors: missing paths NotFound, invalid files their fo
   const fs::path hole =
       crafted(tmp.path(), "hole.safetensors", R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2);
   expect_open_error(hole.c_str(), nullptr, TF_ERR_HOLE_OR_OVERLAP, hole.string());
+  // JSON nested past the reference's 128 levels (here 100,000: a 200 KB header that once
+  // overflowed the parser's stack): HeaderJson, naming the file and the limit, never a crash.
+  const fs::path deep = crafted(tmp.path(), "deep.safetensors",
+                                R"({"__metadata__":)" + std::string(100'000, '[') + std::string(100'000, ']') + "}", 0);
+  expect_open_error(deep.c_str(), nullptr, TF_ERR_HEADER_JSON, deep.string());
+  expect_open_error(deep.c_str(), nullptr, TF_ERR_HEADER_JSON, "deeper than 128 levels");
 
   // Bad arguments.
   expect_open_error(nullptr, nullptr, TF_ERR_INVALID_ARGUMENT, "location");

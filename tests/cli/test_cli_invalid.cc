@@ -84,6 +84,15 @@ std::vector<Crafted> invalid_files() {
                make_safetensors(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}})", zeros(4)), {"begin"}});
   v.push_back({"garbage-after-json", make_safetensors(R"({"a":{)" + f4 + R"(,"data_offsets":[0,4]}} x)", zeros(4)), {"json", "trailing"}});
   v.push_back({"nul-padding", make_safetensors(R"({"a":{)" + f4 + R"(,"data_offsets":[0,4]}})" + zeros(3), zeros(4)), {"json", "trailing"}});
+  // JSON nested deeper than the reference's 128 levels (serde_json's limit): refused, never a
+  // stack overflow -- 129 levels, and 100,000 (a 200 KB header that once crashed the parser).
+  const auto nested = [](std::size_t levels) { return std::string(levels, '[') + std::string(levels, ']'); };
+  v.push_back({"metadata-nested-129-deep", make_safetensors(R"({"__metadata__":)" + nested(128) + "}", ""), {"128 levels"}});
+  v.push_back({"metadata-nested-100000-deep", make_safetensors(R"({"__metadata__":)" + nested(100'000) + "}", ""),
+               {"128 levels"}});
+  v.push_back({"unknown-field-nested-129-deep",
+               make_safetensors(R"({"a":{)" + f4 + R"(,"data_offsets":[0,4],"x":)" + nested(127) + "}}", zeros(4)),
+               {"128 levels"}});
   v.push_back({"five-byte-file", std::string("\x05\0\0\0\0", 5), {"8-byte", "too small", "smaller"}});
   v.push_back({"empty-file", "", {"8-byte", "too small", "smaller"}});
   return v;
@@ -297,6 +306,12 @@ std::vector<BadIndex> bad_indexes() {
                }));
   v.back().names_index = false;  // the shard itself is at fault; the message names it
   v.push_back(raw_index("index is not JSON", "{\"weight_map\": {"));
+  // Nested deeper than 128 levels (the reference's limit): refused, naming the limit.
+  BadIndex deep = raw_index("index nested 100,000 deep",
+                            R"({"weight_map":{"lm_head.weight":"model-00003-of-00003.safetensors"},"x":)" +
+                                std::string(100'000, '[') + std::string(100'000, ']') + "}");
+  deep.must_name = "128 levels";
+  v.push_back(std::move(deep));
   v.push_back(raw_index("duplicate key in weight_map",
                R"({"weight_map":{"lm_head.weight":"model-00003-of-00003.safetensors",)"
                R"("lm_head.weight":"model-00003-of-00003.safetensors"}})"));

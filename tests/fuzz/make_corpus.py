@@ -121,6 +121,39 @@ def slice_seeds():
         write("slice", "seed-%02d" % i, text)
 
 
+def deep_seeds():
+    """Nesting past the 128 levels every JSON reader keeps to (and just at it), where each
+    target reads JSON: so the fuzzers start next to the depth check. (The 100,000-deep header
+    that once overflowed the parser's stack is 200 KB, too long for a seed: it is replayed from
+    regressions/header/.)"""
+    def nest(levels, inner="1"):
+        return "[" * levels + inner + "]" * levels
+
+    def header(name, text, data_size=0):
+        write("header", name, struct.pack("<Q", data_size) + text.encode())
+
+    entry = '"t":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"x":%s}'
+    header("deep-128-entry-field", "{" + entry % nest(126) + "}")
+    header("deep-129-entry-field", "{" + entry % nest(127) + "}")
+    header("deep-129-metadata", '{"__metadata__":%s}' % nest(128))
+    header("deep-objects-129", '{"__metadata__":{"k":%s}}' % ('{"o":' * 127 + "1" + "}" * 127))
+    header("deep-4000-metadata", '{"__metadata__":%s}' % nest(4000, ""))
+    header("deep-3000-shape", '{"t":{"dtype":"U8","shape":[%s],"data_offsets":[0,0]}}' % nest(2999))
+    write("header", "deep-4000-file", pad_file('{"__metadata__":%s}' % nest(4000, "")))
+    wm = '"weight_map":{"a":"a.safetensors"}'
+    write("index", "deep-128", "{%s,\"x\":%s}" % (wm, nest(127)))
+    write("index", "deep-129", "{%s,\"x\":%s}" % (wm, nest(128)))
+    write("index", "deep-4000", "{%s,\"metadata\":%s}" % (wm, nest(4000, "")))
+    write("slice", "deep-brackets", nest(2000, "0:1"))
+    write("slice", "deep-open", "[" * 4000)
+
+
+def pad_file(header_text):
+    """A whole file: LE64(N) + the header padded to a multiple of 8, no data."""
+    h = pad8(header_text.encode())
+    return struct.pack("<Q", len(h)) + h
+
+
 def dictionaries():
     dtypes = list(DTYPE_BITS)
     header = ['"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', "{", "}", "[", "]", ":",
@@ -179,6 +212,7 @@ def main():
     header_seeds(ref_dir)
     index_seeds(ref_dir)
     slice_seeds()
+    deep_seeds()
     dictionaries()
 
 

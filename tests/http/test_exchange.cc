@@ -95,6 +95,18 @@ TEST_CASE("manifest, open_manifest, fetch_ranges, cached, read_cached, store, co
     const FileRanges beyond[] = {FileRanges{0, {ByteRange{size - 1, 2}}}};
     CHECK(a->fetch_ranges(beyond).error().code == tensorfetch::ErrorCode::InvalidArgument);
     CHECK(Checkpoint::open_manifest(location, "{", b_options).error().code == tensorfetch::ErrorCode::Io);
+    // A manifest (as rank 0 broadcasts it over MPI) nested past 128 levels: refused while
+    // parsing, naming the limit; no request is made.
+    const auto before = f.server->log().size();
+    for (std::size_t levels : {std::size_t{129}, std::size_t{100'000}}) {
+      INFO(levels << " levels");
+      const std::string deep = R"({"files":[],"x":)" + std::string(levels - 1, '[') + std::string(levels - 1, ']') + "}";
+      auto r = Checkpoint::open_manifest(location, deep, b_options);
+      REQUIRE(!r);
+      CHECK(r.error().code == tensorfetch::ErrorCode::Io);
+      CHECK_THAT(r.error().message, Catch::Contains("snapshot manifest") && Catch::Contains("deeper than 128 levels"));
+    }
+    CHECK(f.server->log().size() == before);
     CHECK(Checkpoint::open_manifest((f.root.path() / "org" / "pair" / "model.safetensors").string(), *text, b_options)
               .error()
               .code == tensorfetch::ErrorCode::InvalidArgument);

@@ -437,6 +437,11 @@ TEST_CASE("a corrupted meta.json or data file is treated as holding nothing", "[
       {"complete=true with partial extents", ok_prefix + R"("complete":true,"extents":[[0,999]]})"},
       {"complete=true with two extents", ok_prefix + R"("complete":true,"extents":[[0,500],[501,499]]})"},
       {"complete=true with no extents", ok_prefix + R"("complete":true,"extents":[]})"},
+      // Nested past the 128 levels every JSON reader keeps to: refused while parsing, no crash.
+      {"extents nested 129 deep", ok_prefix + R"("complete":false,"extents":)" + std::string(128, '[') +
+                                       std::string(128, ']') + "}"},
+      {"extents nested 100,000 deep", ok_prefix + R"("complete":false,"extents":)" + std::string(100'000, '[') +
+                                           std::string(100'000, ']') + "}"},
       {"data file shorter than recorded", "", 500},
       {"data file missing", "", 1},  // data_len 1: remove it
   };
