@@ -121,6 +121,11 @@ struct OpenOptions {
   CancelToken cancel;
   /// Told when a server asks the open to wait (a rate limit); unset: nobody is told.
   ServerWaitCallback on_wait;
+  /// A location without a scheme is always a local path, never a Hub repo id: the Hub must be
+  /// named `hf://ORG/NAME`. False (the CLI's way): a bare `ORG/NAME` that is no local path is
+  /// a Hub repo. The Python API sets it, as `safetensors.safe_open` reads a string as a path,
+  /// so a missing file is `NotFound` without any request.
+  bool bare_names_are_paths = false;
 };
 
 /// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file
@@ -196,7 +201,7 @@ struct TensorView {
   std::string_view name;                 ///< the tensor's name
   DType dtype = DType::U8;               ///< element type
   std::span<const std::uint64_t> shape;  ///< dimensions
-  std::span<const std::byte> bytes;      ///< row-major data
+  std::span<const std::byte> bytes;      ///< row-major data; empty (data() null) for an empty tensor
 };
 
 /// Bytes of one tensor in a private copy-on-write mapping of the local file or of its cache blob
@@ -332,7 +337,8 @@ class TENSORFETCH_API Checkpoint {
 
   /// A zero-copy view of a whole tensor. For a remote checkpoint the tensor's bytes must have
   /// been fetched (into the cache, by this or any process): else `NotFetched`. Only bytes
-  /// committed to the cache are ever handed out.
+  /// committed to the cache are ever handed out. An empty tensor (a zero in its shape) needs
+  /// no byte: its view is served at once (empty bytes), remote or not, fetched or not.
   [[nodiscard]] Result<TensorView> view(const TensorRef& tensor) const;
 
   /// A writable, zero-copy view of a whole tensor in a private copy-on-write mapping (see

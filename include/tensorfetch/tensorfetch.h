@@ -640,7 +640,9 @@ TF_API void tf_cancel(tf_checkpoint* checkpoint) TF_NOEXCEPT;
  * are owned by the checkpoint and valid until `tf_close`; they must not be written. Returns
  * `TF_ERR_NOT_FOUND` for an unknown name, `TF_ERR_NOT_FETCHED` when a remote tensor's bytes
  * are not all in the cache yet (fetch them first), `TF_ERR_INVALID_ARGUMENT` for NULL
- * arguments; `*data` is then NULL and `*len` 0. An empty tensor gives `*len` 0. Any thread.
+ * arguments; `*data` is then NULL and `*len` 0. An empty tensor (a zero in its shape) gives
+ * `TF_OK`, `*data` NULL and `*len` 0 at once, local or remote, before anything is fetched.
+ * Any thread.
  */
 TF_API tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name, const void** data,
                               size_t* len) TF_NOEXCEPT;

@@ -275,7 +275,7 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
   impl->location = location;
   struct stat st {};
   const bool exists = ::stat(location.c_str(), &st) == 0;
-  auto parsed = detail::parse_location(location, exists);
+  auto parsed = detail::parse_location(location, exists || options.bare_names_are_paths);
   if (!parsed) return fail(parsed.error());
   if (parsed->kind == detail::LocationKind::Local) {
     if (auto r = open_local(*impl, location, options.cancel); !r) return fail(r.error());

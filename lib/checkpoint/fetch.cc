@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -223,7 +224,10 @@ std::vector<std::vector<ByteRange>> wanted_ranges(const Checkpoint::Impl& impl, 
   std::vector<std::vector<ByteRange>> wanted(impl.files.size());
   for (const auto& s : selection) {
     const ByteRange base = impl.files[s.ref.file].header.file_range(*s.ref.info);
-    for (const auto& r : s.plan.ranges) wanted[s.ref.file].push_back(ByteRange{base.offset + r.offset, r.length});
+    for (const auto& r : s.plan.ranges) {
+      // An empty tensor (or slice) needs no byte: nothing is asked for it.
+      if (r.length > 0) wanted[s.ref.file].push_back(ByteRange{base.offset + r.offset, r.length});
+    }
   }
   return wanted;
 }
@@ -450,6 +454,7 @@ Result<FetchStats> Checkpoint::fetch_ranges(std::span<const FileRanges> ranges, 
 Result<void> Checkpoint::read_cached(std::size_t file, std::uint64_t offset, std::span<std::byte> out) const {
   const ByteRange range{offset, out.size()};
   if (auto r = check_file_range(*impl_, file, range); !r) return fail(r.error());
+  if (range.length == 0) return {};  // nothing to read (there may be no blob yet)
   auto bytes = impl_->served_bytes(file, std::span(&range, 1), "bytes " + std::to_string(offset) + "-" +
                                                                   std::to_string(range.end()));
   if (!bytes) return fail(bytes.error());
@@ -545,6 +550,7 @@ Result<detail::Blob*> Checkpoint::Impl::blob_holding(std::size_t file, std::span
   // The cache could not be read when the blob was looked for: that error, not "not fetched".
   if (!blob && f.remote.blob_error) return fail(f.remote.blob_error->with_context(f.info.path));
   for (const auto& r : needed) {
+    if (r.length == 0) continue;  // nothing to hold: an empty tensor needs no byte of the cache
     auto held = blob ? blob->holds(r) : Result<bool>(false);
     if (!held) return fail(held.error().with_context(f.info.path + ": " + what));
     if (!*held) {
@@ -565,6 +571,11 @@ Result<std::span<const std::byte>> Checkpoint::Impl::received_bytes(std::size_t 
 Result<std::span<const std::byte>> Checkpoint::Impl::served_bytes(std::size_t file, std::span<const ByteRange> needed,
                                                                  const std::string& what) const {
   if (!remote || !files[file].remote.local_path.empty()) return files[file].map.bytes();
+  // Only empty ranges (an empty tensor): no byte is needed, so neither is a blob (there may be
+  // none yet: nothing of the file was fetched).
+  if (std::all_of(needed.begin(), needed.end(), [](const ByteRange& r) { return r.length == 0; })) {
+    return std::span<const std::byte>();
+  }
   std::shared_lock lock(blob_mutex);
   auto blob = blob_holding(file, needed, what);
   if (!blob) return fail(blob.error());
@@ -582,10 +593,11 @@ Result<detail::PrivateBytes> Checkpoint::Impl::private_bytes(std::size_t file, B
     const std::string path = remote ? f.remote.local_path : local_path(file);
     return private_maps.get(file, f.map.fd(), f.map.size(), range, path);
   }
+  if (range.length == 0) return detail::PrivateBytes{};  // an empty tensor: no byte, no blob needed
   std::shared_lock lock(blob_mutex);  // keeps the blob (and its descriptor) while it is mapped
   auto blob = blob_holding(file, std::span(&range, 1), what);
   if (!blob) return fail(blob.error());
-  if (!*blob || range.length == 0) return detail::PrivateBytes{};
+  if (!*blob) return detail::PrivateBytes{};
   if (range.end() > (*blob)->size()) {
     return fail(ErrorCode::Io, f.info.path + ": " + what + " lies beyond the cache blob");
   }
@@ -653,6 +665,9 @@ Result<TensorView> Checkpoint::view(const TensorRef& tensor) const {
   const ByteRange range = impl_->files[tensor.file].header.file_range(*tensor.info);
   auto bytes = impl_->served_bytes(tensor.file, std::span(&range, 1), "tensor " + quote_name(tensor.info->name));
   if (!bytes) return fail(bytes.error());
+  if (range.length == 0) {  // an empty tensor: no bytes (a remote file may have no blob yet)
+    return TensorView{tensor.info->name, tensor.info->dtype, tensor.info->shape, std::span<const std::byte>()};
+  }
   if (range.end() > bytes->size()) {
     return fail(ErrorCode::Io, impl_->files[tensor.file].info.path + ": tensor " + quote_name(tensor.info->name) +
                                    " lies beyond the mapped file");
@@ -697,6 +712,7 @@ Result<void> Checkpoint::read(const Selection& selection, std::span<std::byte> o
   if (!bytes) return fail(bytes.error());
   std::size_t at = 0;
   for (const auto& r : needed) {
+    if (r.length == 0) continue;
     if (r.end() > bytes->size()) {
       return fail(ErrorCode::Io, impl_->files[tensor.file].info.path + ": " + what + " lies beyond the mapped file");
     }

@@ -51,7 +51,10 @@ struct Repos {
   fs::path root = tmp / "root";
   fs::path ref = root / "ref" / "tiny-sharded";
   fs::path gen = root / "gen" / "model";
+  fs::path dtypes = root / "ref" / "dtypes";  // the reference file of every dtype (an empty tensor too)
   Repos() {
+    fs::create_directories(dtypes);
+    fs::copy_file(reference() / "dtypes" / "model.safetensors", dtypes / "model.safetensors");
     for (const char* f : {"config.json", "model.safetensors.index.json", "model-00001-of-00003.safetensors",
                           "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors"}) {
       fs::create_directories(ref);
@@ -1079,4 +1082,59 @@ TEST_CASE("C API remote: tf_tp_fetch moves a rank's byte ranges only (the server
   }
   CHECK(planned[0] <= need + (64 << 10));
   CHECK(planned[1] > planned[0]);
+}
+
+TEST_CASE("C API remote: an empty tensor is served before anything of its file is cached, and fetching it (whole or "
+          "a rank's part) makes no request",
+          "[capi][remote][empty]") {
+  Fixture fx;
+  for (const std::string& location : {std::string("hf://ref/dtypes"), fx.endpoint + "/ref/dtypes/resolve/main/model.safetensors"}) {
+    INFO(location);
+    Checkpoint ckpt = fx.open(location, "cache-empty-" + std::to_string(location.size()));
+    tf_checkpoint* c = ckpt.get();
+    fx.server->clear_log();
+    std::size_t i = 0;
+    REQUIRE(tf_find(c, "empty", &i) == 1);
+    std::size_t ndim = 0;
+    const std::uint64_t* shape = tf_tensor_shape(c, i, &ndim);
+    REQUIRE(ndim == 2);
+    CHECK((shape[0] == 0 && shape[1] == 7));
+    const void* data = reinterpret_cast<const void*>(&ndim);  // must be overwritten
+    std::size_t len = 99;
+    Error err;
+    CHECK_CODE(tf_tensor_data(c, "empty", &data, &len), TF_OK, err);
+    CHECK(len == 0);
+    CHECK(data == nullptr);
+
+    const char* const empty[] = {"empty"};
+    tf_fetch_options fetch = fetch_options(4, kKeep, kKeep);
+    tf_fetch_stats stats;
+    tf_fetch_stats_init(&stats);
+    CHECK_CODE(tf_fetch(c, empty, 1, &fetch, &stats, err.out()), TF_OK, err);
+    CHECK(stats.requests == 0);
+    CHECK(stats.bytes_transferred == 0);
+    Plan plan = make_plan(c, empty, 1, &fetch);
+    CHECK(tf_plan_count(plan.get()) == 0);
+
+    tf_tp_selection* raw = nullptr;
+    CHECK_CODE(tf_select_for_rank(c, 1, 2, R"({"empty": {"dim": 0}, "*": "replicate"})", 0, &raw, err.out()), TF_OK,
+               err);
+    TpSelection sel(raw, &tf_tp_free);
+    std::size_t k = tf_tp_count(sel.get());
+    for (std::size_t j = 0; j < tf_tp_count(sel.get()); ++j) {
+      if (std::string(tf_tp_name(sel.get(), j)) == "empty") k = j;
+    }
+    REQUIRE(k < tf_tp_count(sel.get()));
+    CHECK(tf_tp_nbytes(sel.get(), k) == 0);
+    std::byte none[1];
+    CHECK_CODE(tf_tp_read(c, sel.get(), k, none, 0, err.out()), TF_OK, err);
+    std::string seen;
+    for (const auto& rec : fx.server->log()) seen += rec.to_json() + "\n";
+    INFO("requests after the open:\n" << seen);
+    // None for the file's bytes (a URL's selection looks for config.json beside it, once).
+    for (const auto& rec : fx.server->log()) {
+      CHECK(rec.file == "config.json");
+      CHECK(rec.range.empty());
+    }
+  }
 }

@@ -353,3 +353,85 @@ TEST_CASE("cli remote: download --hf-cache publishes into $HF_HOME/hub (or $HF_H
   CHECK(temp_files(hub).empty());
   if (hub_cache) CHECK_FALSE(fs::exists(r.hf_home / "hub"));
 }
+
+TEST_CASE("cli remote: get of empty tensors (and of a file of only empty tensors) writes them with their dtype and "
+          "shape, and asks no byte of them",
+          "[cli][remote][empty]") {
+  Remote r;
+  // a [0,7] first; a 280,000-byte tensor (past the open's first read); c [3,0] and a scalar after it.
+  const std::string mixed_header = R"({"a":{"dtype":"F32","shape":[0,7],"data_offsets":[0,0]},)"
+                                   R"("b":{"dtype":"F32","shape":[70000],"data_offsets":[0,280000]},)"
+                                   R"("c":{"dtype":"I64","shape":[3,0],"data_offsets":[280000,280000]},)"
+                                   R"("s":{"dtype":"F32","shape":[],"data_offsets":[280000,280004]}})";
+  fs::create_directories(r.root / "org" / "empties");
+  write_file(r.root / "org" / "empties" / "model.safetensors", make_safetensors(mixed_header, std::string(280004, 'x')));
+  write_file(r.root / "org" / "empties" / "config.json", R"({"model_type":"llama"})");
+  const std::string all_empty_header = R"({"x":{"dtype":"BF16","shape":[0],"data_offsets":[0,0]},)"
+                                       R"("y":{"dtype":"U8","shape":[2,0,3],"data_offsets":[0,0]},)"
+                                       R"("z":{"dtype":"F64","shape":[0,1],"data_offsets":[0,0]}})";
+  fs::create_directories(r.root / "org" / "all-empty");
+  write_file(r.root / "org" / "all-empty" / "model.safetensors", make_safetensors(all_empty_header, ""));
+  TempDir out;
+  write_file(out / "rules.json", R"({"c": {"dim": 1}, "*": "replicate"})");
+
+  // Every request the server saw asked for the file's first bytes (the open's header read, a warm
+  // connection's first byte) or for no range (config.json, the index probe): none for the tensors.
+  auto check_no_tensor_request = [&](const std::vector<RequestRecord>& log) {
+    INFO("server log:\n" << log_text(log));
+    for (const auto& rec : log) {
+      if (!rec.range.empty()) CHECK(rec.range.starts_with("bytes=0-"));
+      CHECK(rec.body_bytes <= 262144);
+    }
+  };
+  struct Case {
+    const char* name;
+    std::vector<std::string> args;  // after the location
+    std::map<std::string, std::pair<std::string, std::vector<std::uint64_t>>> want;
+    bool url = false;
+  };
+  const std::vector<Case> cases = {
+      {"two empty tensors of a repo", {"a", "c"}, {{"a", {"F32", {0, 7}}}, {"c", {"I64", {3, 0}}}}},
+      {"two empty tensors of a URL", {"a", "c"}, {{"a", {"F32", {0, 7}}}, {"c", {"I64", {3, 0}}}}, true},
+      {"an empty tensor split for --tp 1/2", {"c", "--tp", "1/2", "--tp-rules", (out / "rules.json").string()},
+       {{"c", {"I64", {3, 0}}}}},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.name) {
+      const std::string location =
+          c.url ? r.endpoint() + "/org/empties/resolve/main/model.safetensors" : std::string("hf://org/empties");
+      const fs::path o = out / "out.safetensors";
+      std::vector<std::string> args = {"get", location};
+      args.insert(args.end(), c.args.begin(), c.args.end());
+      args.insert(args.end(), {"-o", o.string(), "--endpoint", r.endpoint(), "-q"});
+      r.server->clear_log();
+      auto res = run(args);
+      INFO(describe(args) << "\nstderr: " << res.err);
+      REQUIRE(res.exit_code == 0);
+      check_no_tensor_request(r.server->log());
+      const auto st = read_safetensors(o);
+      REQUIRE(st.tensors.size() == c.want.size());
+      for (const auto& [name, want] : c.want) {
+        INFO(name);
+        REQUIRE(st.tensors.count(name) == 1);
+        CHECK(st.tensors.at(name).dtype == want.first);
+        CHECK(st.tensors.at(name).shape == want.second);
+        CHECK(st.tensors.at(name).bytes.empty());
+      }
+    }
+  }
+  SECTION("a file whose every tensor is empty, whole") {
+    const fs::path o = out / "all.safetensors";
+    const std::vector<std::string> args = {"get", "hf://org/all-empty", "-o", o.string(), "--endpoint", r.endpoint(), "-q"};
+    r.server->clear_log();
+    auto res = run(args);
+    INFO(describe(args) << "\nstderr: " << res.err);
+    REQUIRE(res.exit_code == 0);
+    check_no_tensor_request(r.server->log());
+    const auto st = read_safetensors(o);
+    REQUIRE(st.tensors.size() == 3);
+    CHECK(st.tensors.at("x").shape == std::vector<std::uint64_t>{0});
+    CHECK(st.tensors.at("y").shape == std::vector<std::uint64_t>{2, 0, 3});
+    CHECK(st.tensors.at("z").dtype == "F64");
+    CHECK(st.file_size == fs::file_size(o));
+  }
+}

@@ -55,6 +55,7 @@ class Hub:
     """A running tensorfetch-test-server; `log()` is its request log (one dict per request)."""
 
     def __init__(self, root: Path) -> None:
+        self.root = root  # repos are read from here per request: a test may add one
         if not SERVER.is_file():
             pytest.skip(f"no test server at {SERVER} (build tools/hubserver)")
         self.proc = subprocess.Popen([str(SERVER), "--root", str(root), "--port", "0"], stdout=subprocess.PIPE,

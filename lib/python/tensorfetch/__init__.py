@@ -125,10 +125,16 @@ def _framework(framework: str) -> int:
 
 
 def _location(location: Union[str, "os.PathLike[str]"]) -> str:
+    """The location as the library takes it. As in safetensors, a string without a scheme
+    (``hf://``, ``http://``, ``https://``) is a local path, always: a missing one raises
+    ``NotFoundError`` (a ``FileNotFoundError``) with safetensors' message, and nothing is asked
+    of any server. The Hub is named ``hf://ORG/NAME``."""
     if isinstance(location, os.PathLike):
-        return os.fspath(location)
+        location = os.fspath(location)
     if not isinstance(location, str):
         raise TypeError(f"location must be a string or a path, not {type(location).__name__}")
+    if "://" not in location and "\0" not in location and not os.path.exists(location):
+        raise NotFoundError(f"No such file or directory: {location}", "NotFound")
     return location
 
 
@@ -341,7 +347,11 @@ def _tp_rules(rules: Union[None, str, "os.PathLike[str]", Dict[str, Any]]) -> Tu
     if rules is None:
         return None, ""
     if isinstance(rules, dict):
-        return json.dumps(rules), "rules"
+        try:
+            return json.dumps(rules), "rules"
+        except RecursionError:
+            raise ValueError("rules: the dict nests too deeply to be a rules object "
+                             "(JSON is read at most 128 levels deep)") from None
     if isinstance(rules, (str, os.PathLike)):
         with open(rules, encoding="utf-8") as fh:
             return fh.read(), os.fspath(rules)
@@ -441,7 +451,8 @@ class TpSelection:
 class safe_open:
     """Opens a checkpoint lazily, as ``safetensors.safe_open`` does, from any location the CLI
     opens: a ``.safetensors`` file, a ``*.safetensors.index.json``, a directory, an http(s) URL
-    of either, or a Hub repo (``hf://ORG/NAME[@REV][/PATH]``, ``ORG/NAME``).
+    of either, or a Hub repo (``hf://ORG/NAME[@REV][/PATH]``). A string without a scheme is a
+    local path, as in safetensors (a missing one: ``NotFoundError``, a ``FileNotFoundError``).
 
     Only headers are read on open (for a remote checkpoint: one range request per file, all at
     once). ``get_tensor`` fetches a remote tensor into the cache when it is not there yet;

@@ -527,6 +527,7 @@ std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const
                                               const py::dict& fetch) {
   tf::OpenOptions options = open_options(open);
   options.cancel = tf::CancelToken::make();
+  options.bare_names_are_paths = true;  // as safetensors: a string without a scheme is a path
   auto r = run_blocking([&] { return tf::Checkpoint::open(location, options); }, options.cancel);
   if (!r) raise(r.error(), Origin::Open);
   return std::make_shared<PyCheckpoint>(std::move(*r), fetch_options(fetch));
