@@ -32,4 +32,5 @@ if ! PYTHONPATH="$tfpath" "$py" -c 'import tensorfetch, numpy, torch, pytest' 2>
     echo "  build it: meson setup build -Dpython=enabled && ninja -C build" >&2
     exit 2
 fi
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ in the tree
 exec "$py" "$root/tools/safetensors_tests/run.py" "$src" --tensorfetch-python "$tfpath" "$@"

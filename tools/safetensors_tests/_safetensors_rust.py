@@ -43,6 +43,10 @@ def opens() -> int:
     return _opens_seen[0]
 
 
+def http_requests() -> int:
+    return _RangeHandler.requests
+
+
 # -- writing (harness) --------------------------------------------------------------------------
 # safetensors' Dtype enum order ("increasing alignment"): tensors are sorted by it descending,
 # then by name.
@@ -104,6 +108,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     dirs = {}  # token -> directory
+    requests = 0  # answered so far (the report shows it: http mode really went over HTTP)
 
     def log_message(self, *args):
         pass
@@ -123,6 +128,8 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
         return payload
 
     def _serve(self, body):
+        with _lock:
+            _RangeHandler.requests += 1
         parts = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path).split("/")
         directory = self.dirs.get(parts[1]) if len(parts) == 3 else None
         try:

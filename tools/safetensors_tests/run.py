@@ -13,7 +13,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from known import CLASSES, ENV_PATTERNS, KNOWN  # noqa: E402
+from known import CLASSES, ENV_PATTERNS, KNOWN, VACUOUS  # noqa: E402
 
 FILES = ["test_simple.py", "test_pt_comparison.py", "test_pt_model.py", "test_handle.py",
          "test_multithreaded.py"]
@@ -24,8 +24,9 @@ def bindings_dir(src):
     for cand in (os.path.join(src, "bindings", "python"), src):
         if os.path.isdir(os.path.join(cand, "tests")) and os.path.isdir(os.path.join(cand, "py_src", "safetensors")):
             return cand
-    sys.exit(f"safetensors-tests: {src} is not a safetensors checkout (no bindings/python/tests "
-             "and bindings/python/py_src/safetensors)")
+    print(f"safetensors-tests: {src} is not a safetensors checkout (no bindings/python/tests "
+          "and bindings/python/py_src/safetensors)", file=sys.stderr)
+    sys.exit(2)
 
 
 def assemble_package(bindings, root):
@@ -60,10 +61,12 @@ def run_one(bindings, pkg_path, tf_path, root, mode, test_file, timeout):
                                 timeout=timeout).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
-    results = []
+    results, http_requests = [], 0
     if os.path.exists(report):
         with open(report) as f:
             results = [json.loads(line) for line in f if line.strip()]
+        http_requests = sum(r.get("http_requests", 0) for r in results if r.get("session"))
+        results = [r for r in results if not r.get("session")]
     for r in results:
         r["id"] = r["id"].split("tests/", 1)[-1]
     if rc not in (0, 1, 5) or not os.path.exists(report):
@@ -71,7 +74,7 @@ def run_one(bindings, pkg_path, tf_path, root, mode, test_file, timeout):
             tail = [l.strip() for l in f.read().splitlines() if l.strip()][-1:] or [""]
         results.append({"id": f"{test_file}::<run>", "outcome": "error", "tensorfetch": False,
                         "message": f"pytest exit {rc}: {tail[0]}"})
-    return results, log
+    return results, http_requests, log
 
 
 def classify(mode, r):
@@ -103,17 +106,21 @@ def main():
     root = tempfile.mkdtemp(prefix="tf-safetensors-tests-")
     pkg_path = assemble_package(bindings, root)
 
-    rows, failures, used = [], [], set()
+    rows, failures, used, vacuous = [], [], set(), []
     for mode in modes:
         for test_file in files:
-            results, log = run_one(bindings, pkg_path, os.path.abspath(args.tensorfetch_python),
+            results, http_requests, log = run_one(bindings, pkg_path, os.path.abspath(args.tensorfetch_python),
                                    root, mode, test_file, args.timeout)
             count = {k: sum(r["outcome"] == k for r in results) for k in ("passed", "failed", "skipped", "error")}
             count["tf"] = sum(r["outcome"] == "passed" and r["tensorfetch"] for r in results)
+            count["http"] = http_requests
             rows.append((test_file, mode, count))
             print(f"  ran {test_file:<24} {mode:<5}  {count['passed']} passed, {count['failed']} failed, "
                   f"{count['skipped']} skipped, {count['error']} errors", flush=True)
             for r in results:
+                for test_id, cls, reason in VACUOUS:
+                    if r["id"] == test_id and r["outcome"] == "passed" and not r["tensorfetch"]:
+                        vacuous.append((mode, test_id, cls, reason))
                 if r["outcome"] in ("failed", "error"):
                     cls, reason, key = classify(mode, r)
                     if key:
@@ -122,13 +129,18 @@ def main():
 
     print()
     print(f"safetensors' tests ({bindings}) against tensorfetch.safe_open")
-    print(f"{'file':<24} {'mode':<6} {'passed':>6} {'failed':>6} {'skipped':>7} {'errors':>6}   passed through tensorfetch")
+    print(f"{'file':<24} {'mode':<6} {'passed':>6} {'failed':>6} {'skipped':>7} {'errors':>6}   {'via tf':>6} {'HTTP reqs':>9}")
     for test_file, mode, c in rows:
-        print(f"{test_file:<24} {mode:<6} {c['passed']:>6} {c['failed']:>6} {c['skipped']:>7} {c['error']:>6}   {c['tf']}")
-    total = {k: sum(c[k] for _, _, c in rows) for k in ("passed", "failed", "skipped", "error", "tf")}
-    print(f"{'total':<24} {'':<6} {total['passed']:>6} {total['failed']:>6} {total['skipped']:>7} {total['error']:>6}   {total['tf']}")
-    print("('passed through tensorfetch': passed tests that opened something with tensorfetch; the others "
-          "test safetensors' own Python helpers or the shim's writer)")
+        print(f"{test_file:<24} {mode:<6} {c['passed']:>6} {c['failed']:>6} {c['skipped']:>7} {c['error']:>6}   {c['tf']:>6} {c['http']:>9}")
+    total = {k: sum(c[k] for _, _, c in rows) for k in ("passed", "failed", "skipped", "error", "tf", "http")}
+    print(f"{'total':<24} {'':<6} {total['passed']:>6} {total['failed']:>6} {total['skipped']:>7} {total['error']:>6}   {total['tf']:>6} {total['http']:>9}")
+    print("('via tf': passed tests that opened something with tensorfetch; the other passes test "
+          "safetensors' own Python helpers or the shim's writer. 'HTTP reqs': requests the loopback "
+          "server answered.)")
+    if vacuous:
+        print("\nPasses that check nothing here (listed in known.py VACUOUS):")
+        for mode, test_id, cls, reason in vacuous:
+            print(f"  [{mode}] {test_id}: ({cls}) {CLASSES[cls]}: {reason}")
 
     if failures:
         print("\nFailures:")

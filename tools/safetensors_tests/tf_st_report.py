@@ -21,18 +21,25 @@ def _first_line(report):
     errors = [l[1:].strip() for l in text.splitlines() if l.startswith("E ")]
     if crash is None and errors:  # collection errors: the exception line
         return errors[-1]
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if "PytestUnhandledThreadExceptionWarning" in lines[0]:  # the thread's exception is last
+        return f"{lines[0]} | {lines[-1]}"
+    return lines[0]
 
 
-def _opens():
+def _shim():
     try:
         from safetensors import _safetensors_rust as shim
     except Exception:
-        return 0
-    return shim.opens() if hasattr(shim, "opens") else 0
+        return None
+    return shim
+
+
+def _opens():
+    shim = _shim()
+    return shim.opens() if shim is not None else 0
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -65,7 +72,9 @@ def pytest_collectreport(report):
 def pytest_sessionfinish(session):
     path = os.environ.get("TF_ST_REPORT")
     if path:
+        shim = _shim()
         with open(path, "w") as f:
+            f.write(json.dumps({"session": True, "http_requests": shim.http_requests() if shim else 0}) + "\n")
             for entry in _results.values():
                 entry.setdefault("tensorfetch", False)
                 f.write(json.dumps(entry) + "\n")
