@@ -95,9 +95,17 @@ def serialize(tensor_dict, metadata=None):
 
 
 def serialize_file(tensor_dict, filename, metadata=None):
+    """As safetensors writes: a sibling temporary file renamed over ``filename``, so a file
+    still mapped by tensors loaded from it is never truncated under them."""
     data = _serialize(tensor_dict, metadata)
-    with open(filename, "wb") as f:
-        f.write(data)
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(filename)))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temp, filename)
+    except BaseException:
+        os.unlink(temp)
+        raise
 
 
 # -- the loopback HTTP server (mode http) ------------------------------------------------------
