@@ -17,16 +17,6 @@ CLASSES = {
 
 # (test id, modes, class, pattern in the first error line (regex), reason)
 KNOWN = [
-    ("test_simple.py::ErrorsTestCase::test_file_not_found", ("local", "http"), "a",
-     r"NetworkError: notafile: .*huggingface\.co",
-     "safe_open(\"notafile\") treats a bare word as a Hub repo id instead of raising "
-     "FileNotFoundError(\"No such file or directory: notafile\") (being fixed on another branch)"),
-    ("test_pt_comparison.py::TorchTestCase::test_zero_sized", ("http",), "a",
-     r"NotFetchedError",
-     "a zero-length tensor over HTTP raises NotFetchedError (being fixed on another branch)"),
-    ("test_pt_comparison.py::TorchTestCase::test_multiple_zero_sized", ("http",), "a",
-     r"NotFetchedError",
-     "zero-length tensors over HTTP raise NotFetchedError (being fixed on another branch)"),
     ("test_simple.py::ReadmeTestCase::test_numpy_slice", ("local", "http"), "b",
      r"TypeError: tensor 'a': .* not list$",
      "README: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
