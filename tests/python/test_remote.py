@@ -278,6 +278,11 @@ def test_a_plain_url_rewritten_with_the_same_size_and_etag_warns_once_and_serves
 
     from conftest import Hub
 
+    torch = pytest.importorskip("torch")  # (the tensors are BF16)
+
+    def raw(t):
+        return t.contiguous().view(torch.int16).numpy().tobytes()
+
     root = tmp_path / "root"
     (root / "org" / "stale").mkdir(parents=True)
     original = (reference / "llama-tiny-single" / "model.safetensors").read_bytes()
@@ -301,16 +306,19 @@ def test_a_plain_url_rewritten_with_the_same_size_and_etag_warns_once_and_serves
         opts = {"endpoint": hub.endpoint, "cache_dir": str(tmp_path / "cache"), "retries": 2, "window": 16384}
         with warnings.catch_warnings():
             warnings.simplefilter("error", tensorfetch.StaleCacheWarning)  # none while the bytes agree
-            with tensorfetch.safe_open(url, framework="np", **opts) as f:
-                assert f.get_tensor(name).tobytes() == original[a:b]
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == original[a:b]
         with open(served, "r+b") as out:  # in place: the server keeps the URL and its ETag
             out.write(now)
         hub.clear()
         with pytest.warns(tensorfetch.StaleCacheWarning, match="rewritten on the server without its ETag") as told:
-            with tensorfetch.safe_open(url, framework="np", **opts) as f:
-                assert f.get_tensor(name).tobytes() == now[a:b]
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == now[a:b]
         assert len([w for w in told if issubclass(w.category, tensorfetch.StaleCacheWarning)]) == 1
-        assert "model.safetensors" in str(told[0].message) and "retired" in str(told[0].message)
+        path = url.split("?")[0]
+        assert str(told[0].message).startswith(path.rsplit("/", 1)[1] + ": ")  # the file (the URL's last segment)
+        assert path in str(told[0].message) and "retired" in str(told[0].message)
+        assert told[0].filename == __file__  # attributed to the caller of safe_open
         log = [r for r in cdn_requests(hub.log()) if r["range"]]
         assert len({r["etag"] for r in log}) == 1  # one ETag throughout
         # The tensor's bytes came from the server again, not from the stale cache.
@@ -320,8 +328,8 @@ def test_a_plain_url_rewritten_with_the_same_size_and_etag_warns_once_and_serves
         hub.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("error", tensorfetch.StaleCacheWarning)
-            with tensorfetch.safe_open(url, framework="np", **opts) as f:
-                assert f.get_tensor(name).tobytes() == now[a:b]
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == now[a:b]
         assert [r for r in cdn_requests(hub.log()) if r["range"] and not r["range"].startswith("bytes=0-")] == []
     finally:
         hub.stop()
