@@ -105,7 +105,9 @@ void open_existing_blobs(Checkpoint::Impl& impl);
 
 /// The cache blob `blob` just opened for remote file `file`, checked against the bytes the
 /// open holds of that file (`RemoteFileState::prefix`: its first window, or its header from a
-/// manifest): every byte both hold must agree. Returned as it is when they do. When they do
+/// manifest): every byte both hold must agree (of a blob verified against its sha256, which
+/// holds what that sha256 names whatever a server claiming it sends, the header only).
+/// Returned as it is when they do. When they do
 /// not, and `at_open` and the server sent those bytes to this open (`prefix_received`), the
 /// cached bytes are stale: the blob is retired (`Blob::retire`; never served again, by any
 /// process), `on_stale_cache` is told, and null is returned (a fetch makes a fresh blob).

@@ -285,8 +285,12 @@ Result<std::unique_ptr<detail::Blob>> checked_blob(Checkpoint::Impl& impl, std::
   const RemoteFileState& rf = f.remote;
   if (!blob || rf.prefix.empty()) return blob;
   // Exactly the bytes both hold: the open's window (header, and tensor bytes when it reached
-  // them) against the blob's committed extents inside it.
-  const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(rf.prefix.size(), f.info.size));
+  // them) against the blob's committed extents inside it. A blob verified against its sha256
+  // holds what that sha256 names, whatever a server claiming it sends: only its header must be
+  // the one parsed (its tensor bytes are served in place of the server's).
+  std::uint64_t compared = std::min<std::uint64_t>(rf.prefix.size(), f.info.size);
+  if (blob->shared_verified()) compared = std::min(compared, f.header.data_offset());
+  const auto n = static_cast<std::size_t>(compared);
   auto diff = blob->first_difference(0, std::as_bytes(std::span(rf.prefix)).first(n));
   if (!diff) return fail(diff.error().with_context(f.info.path));
   if (!*diff) return blob;
@@ -309,7 +313,7 @@ Result<std::unique_ptr<detail::Blob>> checked_blob(Checkpoint::Impl& impl, std::
   }
   std::string why;
   if (blob->shared_verified()) {
-    why = "the bytes " + url + " sent differ (from " + at + ") from the copy verified against its sha256 (" +
+    why = "the header " + url + " sent differs (from " + at + ") from that of the copy verified against its sha256 (" +
           blob->data_path() + "): the server does not serve what its X-Linked-Etag names";
   } else if (!rf.prefix_received) {
     why = "the cached bytes (" + blob->data_path() + ") differ (from " + at +
