@@ -327,9 +327,11 @@ Result<std::unique_ptr<detail::Blob>> checked_blob(Checkpoint::Impl& impl, std::
 }
 
 void open_existing_blobs(Checkpoint::Impl& impl) {
-  // Opening needs no cache (inspecting writes nothing and reads only headers), so an error here
-  // does not fail the open: it is kept per file and is what viewing that file's bytes reports,
-  // rather than "not in the cache" (a fetch opens the cache again and reports its own error).
+  // Opening needs no cache (inspecting creates nothing and reads only headers; it writes only to
+  // retire stale bytes), so an error here does not fail the open: it is kept per file and is
+  // what viewing that file's bytes reports, rather than "not in the cache" (a fetch opens the
+  // cache again and reports its own error). A blob that disagrees with the open's window keeps
+  // that error too (checked_blob), or, retired, leaves the file without a blob.
   auto cache = impl.open_cache(false);
   if (!cache && cache.error().code == ErrorCode::NotFound) return;  // none yet
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
