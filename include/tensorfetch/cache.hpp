@@ -34,6 +34,10 @@ struct CacheEntry {
   std::int64_t last_used = 0;         ///< seconds since the epoch
   bool in_use = false;                ///< a process has it open right now
   std::string origin;                 ///< scheme://host[:port] whose bytes it holds ("" = unknown)
+  /// Retired: its bytes were found stale (the remote file was rewritten while its URL, ETag and
+  /// size stayed the same) and are never served again; `id` is then `ID.retired-...`, and
+  /// `cache_prune` removes it whatever the size limit.
+  bool retired = false;
 };
 
 /// What `cache_prune` did. A plain value.
@@ -61,7 +65,8 @@ struct PruneReport {
 [[nodiscard]] TENSORFETCH_API Result<void> cache_remove(const std::string& id, const std::string& dir = {},
                                                       std::optional<bool> shared = {});
 
-/// Removes least recently used blobs until the cache occupies at most `max_bytes` on disk.
+/// Removes every retired blob (stale bytes, never served), then least recently used blobs until
+/// the cache occupies at most `max_bytes` on disk. Blobs in use are kept.
 [[nodiscard]] TENSORFETCH_API Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir = {},
                                                             std::optional<bool> shared = {});
 

@@ -51,6 +51,22 @@ struct ServerWait {
 /// cancellation (`CancelToken`) still ends the wait within about 100 ms.
 using ServerWaitCallback = std::function<void(const ServerWait&)>;
 
+/// The cache held bytes of a remote file that differ from the bytes its server sent to this
+/// open, under the same identity (URL, ETag and size): the file was rewritten without its ETag
+/// changing (nginx's ETag, for one, is the modification time in seconds and the size). Those
+/// cached bytes were retired -- never served again, by any process -- and the file is fetched
+/// afresh. A plain value, valid during the callback.
+struct StaleCache {
+  std::string file;          ///< the file's path in the checkpoint
+  std::string url;           ///< where the open read it (without its query)
+  std::uint64_t offset = 0;  ///< the first byte that differed
+  std::string blob;          ///< the retired blob's name under the cache's `blobs/` (see `cache_list`)
+  std::string message;       ///< all of the above in one line, for a user
+};
+
+/// Told about stale cached bytes (see `StaleCache`), on the thread that runs the open.
+using StaleCacheCallback = std::function<void(const StaleCache&)>;
+
 /// How to open a checkpoint. Defaults come from the environment, as the Hugging Face tools
 /// read it. A plain value.
 struct OpenOptions {
@@ -126,6 +142,9 @@ struct OpenOptions {
   /// a Hub repo. The Python API sets it, as `safetensors.safe_open` reads a string as a path,
   /// so a missing file is `NotFound` without any request.
   bool bare_names_are_paths = false;
+  /// Told when the open finds cached bytes of a file stale (see `StaleCache`); unset: nobody
+  /// is told (they are retired all the same).
+  StaleCacheCallback on_stale_cache;
 };
 
 /// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file

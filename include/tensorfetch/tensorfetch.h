@@ -188,6 +188,38 @@ TF_API void tf_cancel_token_reset(tf_cancel_token* token) TF_NOEXCEPT;
 /** Releases a token; NULL is ignored. No operation may be using it. */
 TF_API void tf_cancel_token_free(tf_cancel_token* token) TF_NOEXCEPT;
 
+/** What a `tf_notice` tells. */
+typedef enum tf_notice_kind {
+  /** The cache held bytes of a remote file that differ from those its server sent to this
+   *  `tf_open` under the same identity (URL, ETag and size): the file was rewritten on the
+   *  server without its ETag changing (nginx's ETag is the modification time in seconds and
+   *  the size). Those bytes were retired (never served again, by any process sharing the
+   *  cache) and the file is fetched afresh. */
+  TF_NOTICE_STALE_CACHE = 1
+} tf_notice_kind;
+
+/**
+ * Something a caller should tell its user, given to `tf_open_options.notice` during `tf_open`.
+ * Owned by the library and valid during the callback only (copy what you keep). Fields after
+ * `message` exist only when `TF_HAS_FIELD(notice, field)`.
+ */
+typedef struct tf_notice {
+  size_t size;          /**< sizeof(tf_notice) as the library knows it */
+  int kind;             /**< a `tf_notice_kind` */
+  const char* file;     /**< the file's path in the checkpoint */
+  const char* url;      /**< where `tf_open` read it (without its query) */
+  uint64_t offset;      /**< the first byte that differed */
+  const char* blob;     /**< the retired blob's name under the cache's `blobs/` */
+  const char* message;  /**< all of the above in one line, for a user */
+} tf_notice;
+
+/**
+ * Receives notices (see `tf_notice`), on the thread running `tf_open`, before it returns.
+ * `user` is `tf_open_options.notice_user`. It must not call into the library for the
+ * checkpoint being opened (there is none yet).
+ */
+typedef void (*tf_notice_fn)(const tf_notice* notice, void* user);
+
 /**
  * How to open a checkpoint. A plain value owned by the caller; initialize it with
  * `tf_open_options_init`, then set what you need. Strings are copied by `tf_open`. NULL or
@@ -239,6 +271,11 @@ typedef struct tf_open_options {
    *  there change nothing; the first fetch waits for those still running, at most 1 s.
    *  0 (the default): none. Any other value is `TF_ERR_INVALID_ARGUMENT`. */
   int warm_connections;
+  /** Told about what the user should know (`tf_notice`: stale cached bytes, retired and
+   *  fetched again) during `tf_open`; NULL: nobody is told (they are retired all the same). */
+  tf_notice_fn notice;
+  /** Passed to `notice` unchanged. */
+  void* notice_user;
 } tf_open_options;
 
 /**

@@ -11,9 +11,11 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include <nlohmann/json.hpp>
 
@@ -72,7 +74,9 @@ nlohmann::json to_json(const BlobMeta& m) {
           {"origin", m.origin ? nlohmann::json(*m.origin) : nlohmann::json(nullptr)},
           {"etag", m.etag ? nlohmann::json(*m.etag) : nlohmann::json(nullptr)},
           {"complete", m.complete},
-          {"extents", extents}};
+          {"extents", extents},
+          {"retired", m.retired ? nlohmann::json(*m.retired) : nlohmann::json(nullptr)},
+          {"retired_at", m.retired_at}};
 }
 
 // A meta.json that cannot be read as written by us is treated as holding nothing: the blob is
@@ -89,6 +93,8 @@ std::optional<BlobMeta> parse_meta(const std::string& text) {
     if (j.contains("origin") && j["origin"].is_string()) m.origin = j["origin"].get<std::string>();
     if (j.contains("etag") && j["etag"].is_string()) m.etag = j["etag"].get<std::string>();
     m.complete = j.value("complete", false);
+    if (j.contains("retired") && j["retired"].is_string()) m.retired = j["retired"].get<std::string>();
+    if (j.contains("retired_at") && j["retired_at"].is_number_integer()) m.retired_at = j["retired_at"].get<std::int64_t>();
     std::vector<ByteRange> ranges;
     for (const auto& e : j.at("extents")) {
       ByteRange r{e.at(0).get<std::uint64_t>(), e.at(1).get<std::uint64_t>()};
@@ -96,6 +102,7 @@ std::optional<BlobMeta> parse_meta(const std::string& text) {
       ranges.push_back(r);
     }
     m.extents = normalize(std::move(ranges));
+    if (m.retired && (m.complete || !m.extents.empty())) return std::nullopt;  // never written so
     if (m.complete && !(m.extents.size() == 1 && m.extents[0] == ByteRange{0, m.size}) && m.size > 0) {
       return std::nullopt;
     }
@@ -152,6 +159,36 @@ bool discard_unverified(const CacheDir& cache, const std::string& name) {
 bool same_file(int a, int b) {
   struct stat sa {}, sb {};
   return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+// Whether blobs/NAME is (still) the directory `dirfd`.
+bool names_dir(int blobs_fd, const std::string& name, int dirfd) {
+  struct stat named {}, ours {};
+  return ::fstatat(blobs_fd, name.c_str(), &named, AT_SYMLINK_NOFOLLOW) == 0 && ::fstat(dirfd, &ours) == 0 &&
+         named.st_dev == ours.st_dev && named.st_ino == ours.st_ino;
+}
+
+// Moves the retired blob directory `dirfd`, found as blobs/ID, out of its identity's name to
+// `ID.retired-SECONDS-PID-N` (never replacing anything), then fsyncs blobs/. Returns the new
+// name, or nothing when blobs/ID is no longer that directory (another process moved it). Only
+// a name is at stake: whatever directory a race moves, its meta.json says whether its bytes are
+// served, and a blob that was not retired merely leaves its identity's name (it is fetched again).
+Result<std::optional<std::string>> move_retired(const CacheDir& cache, const std::string& id, int dirfd) {
+  const int blobs = cache.blobs_fd();
+  if (!names_dir(blobs, id, dirfd)) return std::optional<std::string>();
+  const std::string base = id + ".retired-" + std::to_string(::time(nullptr)) + "-" + std::to_string(::getpid());
+  for (int n = 0; n < 100; ++n) {
+    const std::string name = base + "-" + std::to_string(n);
+    if (::renameat2(blobs, id.c_str(), blobs, name.c_str(), RENAME_NOREPLACE) == 0) {
+      ::fsync(blobs);
+      return std::optional<std::string>(name);
+    }
+    if (errno == ENOENT) return std::optional<std::string>();  // moved by another process meanwhile
+    if (errno != EEXIST) {
+      return fail(sys_error(cache.blobs_path() + "/" + id, "cannot move the retired cache blob out of the way", errno));
+    }
+  }
+  return fail(ErrorCode::Io, cache.blobs_path() + "/" + id + ": cannot find a free name for the retired cache blob");
 }
 
 // A writable descriptor of the data file `fd` refers to (read-only once complete): made
@@ -287,12 +324,26 @@ BlobIdentity blob_identity(std::string_view url, const std::optional<std::string
   return out;
 }
 
-// Not analysed for locking: it fills in a blob no other thread can see yet.
 Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, const BlobIdentity& identity,
                                          std::uint64_t size, std::string_view url,
-                                         const std::optional<std::string>& etag,
-                                         BlobCreate create) TF_NO_THREAD_SAFETY_ANALYSIS {
+                                         const std::optional<std::string>& etag, BlobCreate create) {
   if (!cache) return fail(ErrorCode::InvalidArgument, "Blob::open: no cache");
+  // A retired blob under the identity's name is moved away, then the name is opened again
+  // (a few times: other processes may retire what they find there meanwhile).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto b = open_once(cache, identity, size, url, etag, create);
+    if (!b || *b) return b;
+  }
+  return fail(ErrorCode::Io, cache->blobs_path() + "/" + identity.id +
+                                 ": keeps being a retired cache blob; remove it with `tensorfetch cache rm " +
+                                 identity.id + "`");
+}
+
+// Not analysed for locking: it fills in a blob no other thread can see yet.
+Result<std::unique_ptr<Blob>> Blob::open_once(const std::shared_ptr<const CacheDir>& cache,
+                                              const BlobIdentity& identity, std::uint64_t size, std::string_view url,
+                                              const std::optional<std::string>& etag,
+                                              BlobCreate create) TF_NO_THREAD_SAFETY_ANALYSIS {
   const Modes& modes = cache->modes();
   std::unique_ptr<Blob> b(new Blob());
   b->cache_ = cache;
@@ -361,6 +412,13 @@ Result<std::unique_ptr<Blob>> Blob::open(std::shared_ptr<const CacheDir> cache, 
   if (!lock) return fail(lock.error());
   auto meta = load_meta(dirfd, b->dir_path_);
   if (!meta) return fail(meta.error());
+  if (*meta && (*meta)->retired) {
+    // Stale bytes another process retired (and crashed, or is about to move them away): never
+    // served. Out of the identity's name with them; the caller opens the name again.
+    auto moved = move_retired(*cache, identity.id, dirfd);
+    if (!moved) return fail(moved.error());
+    return std::unique_ptr<Blob>();
+  }
   const std::string origin = identity.origin;
   bool rewrite = false;
   if (*meta && (*meta)->size != size) {
@@ -564,6 +622,13 @@ Result<void> Blob::update_meta(const std::function<void(BlobMeta&)>& change, con
   if (!lock) return fail(lock.error());
   auto disk = read_meta();
   if (!disk) return fail(disk.error());
+  if (disk->retired) {
+    MutexLock g(mutex_);
+    meta_ = std::move(*disk);
+    return fail(ErrorCode::Integrity, dir_path + ": these cached bytes were found stale (" + *meta_.retired +
+                                          ") and retired; nothing more is recorded in them. Open the checkpoint "
+                                          "again to read the file as it is now");
+  }
   BlobMeta next = std::move(*disk);
   change(next);
   if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
@@ -599,6 +664,75 @@ Result<bool> Blob::holds(ByteRange range) {
 bool Blob::complete() const {
   MutexLock g(mutex_);
   return meta_.complete;
+}
+
+bool Blob::retired() const {
+  MutexLock g(mutex_);
+  return meta_.retired.has_value();
+}
+
+Result<std::optional<std::uint64_t>> Blob::first_difference(std::uint64_t offset, std::span<const std::byte> bytes) {
+  auto extents = refresh();
+  if (!extents) return fail(extents.error());
+  const std::uint64_t end = offset + bytes.size();
+  std::vector<std::byte> buf;
+  for (const auto& e : *extents) {
+    const std::uint64_t from = std::max(e.offset, offset), to = std::min(e.end(), end);
+    for (std::uint64_t at = from; at < to;) {
+      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(to - at, 1 << 20));
+      buf.resize(want);
+      ssize_t n = ::pread(fd_.get(), buf.data(), want, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return fail(sys_error(data_path(), "cannot read cached bytes " + std::to_string(at) + "-" +
+                                                         std::to_string(at + want - 1),
+                                        n < 0 ? errno : EIO));
+      const std::byte* theirs = bytes.data() + (at - offset);
+      if (std::memcmp(buf.data(), theirs, static_cast<std::size_t>(n)) != 0) {
+        std::size_t k = 0;
+        while (buf[k] == theirs[k]) ++k;
+        return std::optional<std::uint64_t>(at + k);
+      }
+      at += static_cast<std::uint64_t>(n);
+    }
+  }
+  return std::optional<std::uint64_t>();
+}
+
+Result<std::string> Blob::retire(const std::string& reason) {
+  if (shared_verified_) {
+    return fail(ErrorCode::InvalidArgument, data_path() + ": a blob verified against its sha256 is never retired");
+  }
+  const std::string dir_path = this->dir_path();
+  {
+    auto lock = LockGuard::acquire(dir_fd_.get(), dir_path, cache_->modes().file);
+    if (!lock) return fail(lock.error());
+    auto disk = read_meta();
+    if (!disk) return fail(disk.error());
+    BlobMeta next = std::move(*disk);
+    if (!next.retired) {
+      next.retired = reason;
+      next.retired_at = static_cast<std::int64_t>(::time(nullptr));
+      next.extents.clear();
+      next.complete = false;
+      if (auto w = write_meta(dir_fd_.get(), dir_path, next, cache_->modes().file); !w) return fail(w.error());
+    }
+    MutexLock g(mutex_);
+    meta_ = std::move(next);
+  }
+  std::string id;
+  {
+    MutexLock g(mutex_);
+    id = id_;
+  }
+  if (is_retired_name(id)) return id;
+  auto moved = move_retired(*cache_, id, dir_fd_.get());
+  if (!moved) return fail(moved.error());
+  if (!*moved) return id;  // another process moved it (its new name is not known here)
+  MutexLock g(mutex_);
+  id_ = **moved;
+  dir_path_ = cache_->blobs_path() + "/" + id_;
+  data_path_ = dir_path_ + "/data";
+  return id_;
 }
 
 void Blob::promote() {
@@ -733,6 +867,7 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
     if (!meta) return fail(meta.error());
     if (*meta) e.meta = std::move(**meta);
     e.present = total_bytes(e.meta.extents);
+    e.retired = e.meta.retired.has_value() || is_retired_name(name);
     auto data = open_file_at(dir.get(), "data", O_RDONLY, 0, dir_path);
     if (!data && data.error().code != ErrorCode::NotFound) return fail(data.error());
     if (data) {
@@ -747,6 +882,8 @@ Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache) {
   }
   return out;
 }
+
+bool is_retired_name(std::string_view name) noexcept { return name.find(".retired-") != std::string_view::npos; }
 
 Result<void> remove_blob(const CacheDir& cache, const std::string& id) {
   if (id.empty() || id.find('/') != std::string::npos || id.starts_with(".") ||

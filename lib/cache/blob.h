@@ -4,6 +4,7 @@
 //   ROOT/blobs/ID/data       sparse file of the remote file's full size (read-only once complete)
 //   ROOT/blobs/ID/meta.json  what is present: committed extents, size, origin, source, complete flag
 //   ROOT/blobs/ID/lock       flock'd (exclusive) while meta.json is replaced
+//   ROOT/blobs/ID.retired-SECONDS-PID-N   a retired blob (stale bytes): never served, pruned
 //
 // IDs: `SHA256-ORIGINHASH` for a file whose sha256 the Hub named (X-Linked-Etag), fetched from
 // one origin (the endpoint's scheme://host:port); `SHA256` for such a file once it was verified
@@ -119,6 +120,11 @@ struct BlobMeta {
   std::optional<std::string> etag;    ///< the ETag it was pinned to
   bool complete = false;              ///< every byte present (and verified when sha256 is known)
   RangeSet extents;                   ///< committed byte ranges
+  /// Set when the blob was retired (`Blob::retire`): why its bytes are stale. A retired blob
+  /// records no extents (so that no process, also of an older version, serves its bytes), is
+  /// never opened again for its identity, and `cache prune` removes it.
+  std::optional<std::string> retired;
+  std::int64_t retired_at = 0;        ///< when it was retired, seconds since the epoch
 };
 
 /// Whether `Blob::open` may create a blob.
@@ -197,6 +203,25 @@ class Blob {
   /// (the bytes are never served) and is an `Integrity` error naming `what`. Otherwise a no-op.
   [[nodiscard]] Result<void> finish(const std::string& what);
 
+  /// The first byte where `bytes` -- the remote file's bytes from `offset`, as a server sent
+  /// them just now -- differs from what this blob has committed (re-read from meta.json): every
+  /// committed extent overlapping them is compared, nothing else. Nothing when all agree.
+  [[nodiscard]] Result<std::optional<std::uint64_t>> first_difference(std::uint64_t offset,
+                                                                     std::span<const std::byte> bytes);
+
+  /// Retires this blob: its bytes are stale (the remote file changed while its identity -- URL,
+  /// ETag, size -- did not). Under the lock, meta.json is replaced (write, fsync, rename) by one
+  /// that records it retired with no extents: no process serves its bytes any more, and commits
+  /// into it fail (`Integrity`). Then its directory is renamed out of the identity's name, to
+  /// `ID.retired-SECONDS-PID-N`, so that the next open of the identity (any process) makes a
+  /// fresh blob; a process that finds a retired blob under the identity's name (a crash
+  /// between the two steps) moves it itself. Returns the name it now has. A blob verified
+  /// whole against its sha256 (`shared_verified`) is never retired (`InvalidArgument`).
+  [[nodiscard]] Result<std::string> retire(const std::string& reason);
+
+  /// True once the blob was retired (by this object or, as meta.json last read says, another).
+  [[nodiscard]] bool retired() const;
+
   /// Read-only view of the whole file (MAP_SHARED); only committed ranges may be read from it.
   [[nodiscard]] Result<std::span<const std::byte>> map();
 
@@ -213,6 +238,12 @@ class Blob {
  private:
   struct Hasher;
   Blob() = default;
+  // One attempt of `open`: null when the identity's directory was a retired blob, which it
+  // moved out of the way (`open` then tries again).
+  static Result<std::unique_ptr<Blob>> open_once(const std::shared_ptr<const CacheDir>& cache,
+                                                 const BlobIdentity& identity, std::uint64_t size,
+                                                 std::string_view url, const std::optional<std::string>& etag,
+                                                 BlobCreate create);
   Result<BlobMeta> read_meta() const TF_EXCLUDES(mutex_);
   std::string dir_path() const TF_EXCLUDES(mutex_);
   void promote() TF_EXCLUDES(mutex_);
@@ -252,6 +283,7 @@ struct BlobEntry {
   std::uint64_t disk_bytes = 0;    ///< bytes the data file occupies on disk
   std::int64_t last_used = 0;      ///< seconds since the epoch (meta.json or data mtime/atime)
   bool in_use = false;             ///< another process holds it open
+  bool retired = false;            ///< retired (stale bytes, never served): meta.json or its name says so
 };
 
 /// Every blob of `cache` (none if it has no blobs/). Entries that are not directories (a
@@ -259,6 +291,9 @@ struct BlobEntry {
 /// directory, meta.json or data file cannot be read (other than being gone) is an error naming
 /// the path, not an empty entry.
 [[nodiscard]] Result<std::vector<BlobEntry>> list_blobs(const CacheDir& cache);
+
+/// Whether a blob directory name is that of a retired blob (`ID.retired-...`). Pure.
+[[nodiscard]] bool is_retired_name(std::string_view name) noexcept;
 
 /// Deletes a blob unless a process has it open (then `Busy`, "in use"). Never
 /// follows a symbolic link: a link planted at ROOT/blobs/ID is removed, its target left alone.

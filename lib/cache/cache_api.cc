@@ -34,7 +34,7 @@ Result<std::vector<CacheEntry>> cache_list(const std::string& dir, std::optional
   if (!blobs) return fail(blobs.error());
   for (auto& b : *blobs) {
     out.push_back(CacheEntry{b.id, b.meta.url, b.meta.size, b.present, b.disk_bytes, b.meta.complete, b.meta.sha256,
-                             b.last_used, b.in_use, b.meta.origin.value_or("")});
+                             b.last_used, b.in_use, b.meta.origin.value_or(""), b.retired});
   }
   std::sort(out.begin(), out.end(), [](const CacheEntry& a, const CacheEntry& b) {
     return a.last_used != b.last_used ? a.last_used < b.last_used : a.id < b.id;
@@ -64,8 +64,11 @@ Result<PruneReport> cache_prune(std::uint64_t max_bytes, const std::string& dir,
   auto entries = cache_list(dir, shared);
   if (!entries) return fail(entries.error());
   for (const auto& e : *entries) report.remaining_bytes += e.disk_bytes;
-  for (const auto& e : *entries) {  // least recently used first
-    if (report.remaining_bytes <= max_bytes) break;
+  // Retired blobs first, whatever the limit (their bytes are never served), then the least
+  // recently used.
+  std::stable_partition(entries->begin(), entries->end(), [](const CacheEntry& e) { return e.retired; });
+  for (const auto& e : *entries) {
+    if (report.remaining_bytes <= max_bytes && !e.retired) break;
     if (e.in_use) {
       ++report.skipped_in_use;
       continue;

@@ -469,6 +469,20 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
         }
         o.warm_connections = options->warm_connections == 1;
       }
+      if (TF_HOLDS(tf_open_options, options, notice) && options->notice != nullptr) {
+        void* user = TF_HOLDS(tf_open_options, options, notice_user) ? options->notice_user : nullptr;
+        o.on_stale_cache = [fn = options->notice, user](const tensorfetch::StaleCache& s) {
+          tf_notice n{};
+          n.size = sizeof(tf_notice);
+          n.kind = TF_NOTICE_STALE_CACHE;
+          n.file = s.file.c_str();
+          n.url = s.url.c_str();
+          n.offset = s.offset;
+          n.blob = s.blob.c_str();
+          n.message = s.message.c_str();
+          fn(&n, user);
+        };
+      }
     }
     auto opened = tensorfetch::Checkpoint::open(location, o);
     if (!opened) return store_error(err, opened.error());

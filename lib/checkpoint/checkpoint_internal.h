@@ -98,8 +98,24 @@ class DataConnections {
 [[nodiscard]] Result<void> write_snapshot(Checkpoint::Impl& impl);
 
 /// Opens, without creating anything, the cache blobs earlier fetches left for the files of
-/// `impl` that have none open yet, so that their bytes can be viewed. In fetch.cc.
+/// `impl` that have none open yet, so that their bytes can be viewed. Each is checked against
+/// the bytes the open holds of its file (see `checked_blob`): stale ones are retired and the
+/// file left without a blob (a fetch makes a fresh one). In fetch.cc.
 void open_existing_blobs(Checkpoint::Impl& impl);
+
+/// The cache blob `blob` just opened for remote file `file`, checked against the bytes the
+/// open holds of that file (`RemoteFileState::prefix`: its first window, or its header from a
+/// manifest): every byte both hold must agree (of a blob verified against its sha256, which
+/// holds what that sha256 names whatever a server claiming it sends, the header only).
+/// Returned as it is when they do. When they do
+/// not, and `at_open` and the server sent those bytes to this open (`prefix_received`), the
+/// cached bytes are stale: the blob is retired (`Blob::retire`; never served again, by any
+/// process), `on_stale_cache` is told, and null is returned (a fetch makes a fresh blob).
+/// Otherwise -- a header from a snapshot manifest, a blob first met after the open, whose
+/// bytes may be the newer ones, or a blob verified against its sha256 -- header and bytes do
+/// not belong together: an `Integrity` error naming the file and the byte. In fetch.cc.
+[[nodiscard]] Result<std::unique_ptr<detail::Blob>> checked_blob(Checkpoint::Impl& impl, std::size_t file,
+                                                                 std::unique_ptr<detail::Blob> blob, bool at_open);
 
 /// Checks selections handed back by the caller before they are used: each must come from this
 /// checkpoint (its file and header entry) with a plan inside its tensor whose shape, dtype
@@ -113,6 +129,8 @@ struct RemoteFileState {
   std::optional<std::string> linked_etag;   // X-Linked-Etag (the Hub's sha256)
   std::string prefix;                       // first bytes read by open (header and more; from
                                             // a snapshot manifest: the header only)
+  bool prefix_received = false;             // `prefix` came from the server during this open (not
+                                            // from a manifest): newer than what the cache holds
   std::unique_ptr<detail::Blob> blob;       // opened on first fetch (or offline open); see blob_mutex
   std::optional<Error> blob_error;          // why an existing blob could not be opened (not: absent)
   std::string range_url;                    // where ranges are read now ("" = CheckpointFile::url);
@@ -174,6 +192,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::vector<std::string> snapshot_keys;        // manifest names to record after a fetch
   bool hub = false;                              // a Hub repo (not a plain URL)
   bool offline = false;                          // no requests (HF_HUB_OFFLINE / --offline)
+  StaleCacheCallback on_stale_cache;             // OpenOptions::on_stale_cache
   std::string revision;                          // Hub: the revision as given
   std::string canonical_repo;                    // Hub: the name a rename redirect gave ("" = none)
   std::string hf_repo_dir;                       // Hub: HF_HUB_CACHE/models--ORG--NAME

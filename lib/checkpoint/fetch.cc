@@ -97,8 +97,12 @@ Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
       if (impl.offline && blob.error().code == ErrorCode::NotFound) return {};
       return fail(blob.error().with_context(file.path));
     }
+    // First met now (another process may have filled it since the open): its bytes must agree
+    // with the header this open parsed, else they are not served with it.
+    auto checked = checked_blob(impl, i, std::move(*blob), false);
+    if (!checked) return fail(checked.error());
     std::unique_lock lock(impl.blob_mutex);
-    rf.blob = std::move(*blob);
+    rf.blob = std::move(*checked);
     rf.blob_error.reset();
   }
   if (impl.offline || rf.blob->shared_verified() || rf.blob->complete()) return {};
@@ -279,10 +283,59 @@ Result<std::shared_ptr<const detail::CacheDir>> Checkpoint::Impl::open_cache(boo
   return cache;
 }
 
+Result<std::unique_ptr<detail::Blob>> checked_blob(Checkpoint::Impl& impl, std::size_t i,
+                                                   std::unique_ptr<detail::Blob> blob, bool at_open) {
+  const OpenFile& f = impl.files[i];
+  const RemoteFileState& rf = f.remote;
+  if (!blob || rf.prefix.empty()) return blob;
+  // Exactly the bytes both hold: the open's window (header, and tensor bytes when it reached
+  // them) against the blob's committed extents inside it. A blob verified against its sha256
+  // holds what that sha256 names, whatever a server claiming it sends: only its header must be
+  // the one parsed (its tensor bytes are served in place of the server's).
+  std::uint64_t compared = std::min<std::uint64_t>(rf.prefix.size(), f.info.size);
+  if (blob->shared_verified()) compared = std::min(compared, f.header.data_offset());
+  const auto n = static_cast<std::size_t>(compared);
+  auto diff = blob->first_difference(0, std::as_bytes(std::span(rf.prefix)).first(n));
+  if (!diff) return fail(diff.error().with_context(f.info.path));
+  if (!*diff) return blob;
+  const std::string at = "byte " + std::to_string(**diff);
+  // (Without its query: a signed URL's signature stays out of messages and the cache.)
+  const std::string& asked = rf.resolve_url.empty() ? f.info.url : rf.resolve_url;
+  const std::string url = asked.substr(0, asked.find_first_of("?#"));
+  if (at_open && rf.prefix_received && !blob->shared_verified()) {
+    const std::string was = blob->id();
+    auto retired = blob->retire("from " + at + " they differ from what " + url + " sent under the same identity");
+    if (!retired) return fail(retired.error().with_context(f.info.path + ": retiring stale cached bytes"));
+    const std::string where = impl.cache ? impl.cache->blobs_path() + "/" + *retired : *retired;
+    StaleCache notice{f.info.path, url, **diff, *retired, {}};
+    notice.message = f.info.path + ": the cache held other bytes than " + url + " sends now (from " + at +
+                     "), under the same ETag and size: the file was rewritten on the server without its ETag "
+                     "changing. The stale copy was retired (" + where + ", blob " + was +
+                     ") and the file is fetched again";
+    if (impl.on_stale_cache) impl.on_stale_cache(notice);
+    return std::unique_ptr<detail::Blob>();
+  }
+  std::string why;
+  if (blob->shared_verified()) {
+    why = "the header " + url + " sent differs (from " + at + ") from that of the copy verified against its sha256 (" +
+          blob->data_path() + "): the server does not serve what its X-Linked-Etag names";
+  } else if (!rf.prefix_received) {
+    why = "the cached bytes (" + blob->data_path() + ") differ (from " + at +
+          ") from its header as the snapshot manifest recorded it: the file changed on the server since; open "
+          "it again with network access to read it as it is now";
+  } else {
+    why = "the cache (" + blob->data_path() + ") now holds other bytes (from " + at + ") than this open read from " +
+          url + ": the file changed on the server since it was opened; open it again";
+  }
+  return fail(ErrorCode::Integrity, f.info.path + ": " + why);
+}
+
 void open_existing_blobs(Checkpoint::Impl& impl) {
-  // Opening needs no cache (inspecting writes nothing and reads only headers), so an error here
-  // does not fail the open: it is kept per file and is what viewing that file's bytes reports,
-  // rather than "not in the cache" (a fetch opens the cache again and reports its own error).
+  // Opening needs no cache (inspecting creates nothing and reads only headers; it writes only to
+  // retire stale bytes), so an error here does not fail the open: it is kept per file and is
+  // what viewing that file's bytes reports, rather than "not in the cache" (a fetch opens the
+  // cache again and reports its own error). A blob that disagrees with the open's window keeps
+  // that error too (checked_blob), or, retired, leaves the file without a blob.
   auto cache = impl.open_cache(false);
   if (!cache && cache.error().code == ErrorCode::NotFound) return;  // none yet
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
@@ -294,9 +347,10 @@ void open_existing_blobs(Checkpoint::Impl& impl) {
     }
     auto blob = detail::Blob::open(*cache, impl.blob_identity(i), impl.files[i].info.size, rf.resolve_url,
                                    impl.files[i].info.etag, detail::BlobCreate::No);
+    if (blob) blob = checked_blob(impl, i, std::move(*blob), true);
     std::unique_lock lock(impl.blob_mutex);
     if (blob) {
-      rf.blob = std::move(*blob);
+      rf.blob = std::move(*blob);  // (null: stale, retired; a fetch makes a fresh one)
       rf.blob_error.reset();
     } else if (blob.error().code != ErrorCode::NotFound) {
       rf.blob_error = blob.error();  // not "never fetched": the cache could not be read

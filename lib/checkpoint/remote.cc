@@ -218,6 +218,7 @@ struct Remote {
     file.url = r.url;
     if (auto c = note_commit(*facts, what); !c) return fail(c.error());
     state.prefix = r.body;
+    state.prefix_received = true;
     return state;
   }
 
@@ -618,6 +619,7 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
                                                : detail::Sharing::Private;
   impl.snapshot_keys = {remote.snapshot_key(remote.location.hub.revision)};
   impl.offline = options.offline.value_or(hf.offline);
+  impl.on_stale_cache = options.on_stale_cache;
 }
 
 // Offline, a location tensorfetch never fetched: the Hugging Face cache's snapshot of it, as

@@ -1138,3 +1138,106 @@ TEST_CASE("C API remote: an empty tensor is served before anything of its file i
     }
   }
 }
+
+namespace {
+
+// What tf_open told through tf_open_options.notice.
+struct Notices {
+  std::vector<tf_notice> seen;  // (strings copied below; the pointers are not kept)
+  std::vector<std::string> file, url, blob, message;
+};
+
+void collect_notice(const tf_notice* n, void* user) {
+  auto* out = static_cast<Notices*>(user);
+  REQUIRE(TF_HAS_FIELD(n, message));
+  out->seen.push_back(*n);
+  out->file.emplace_back(n->file);
+  out->url.emplace_back(n->url);
+  out->blob.emplace_back(n->blob);
+  out->message.emplace_back(n->message);
+}
+
+}  // namespace
+
+TEST_CASE("C API remote: a plain URL rewritten with the same size and ETag: tf_open tells through its notice "
+          "callback, the stale bytes are never served, the new ones are fetched",
+          "[capi][remote][stale]") {
+  ServerFixture fx("tf-capi-stale");
+  const fs::path repo = fx.tmp / "root" / "org" / "llama";
+  fs::create_directories(repo);
+  const std::string original = tftest::read_file(reference() / "llama-tiny-single" / "model.safetensors");
+  tftest::write_file(repo / "model.safetensors", original);
+  tensorfetch::testing::Options so;
+  so.root = fx.tmp / "root";
+  fx.start(so);
+  const std::string url = fx.server->cdn_url("org/llama", "model.safetensors");
+  const std::string dir = fx.cache("cache-stale");
+  Notices notices;
+  tf_open_options o = fx.options(dir);
+  o.notice = collect_notice;
+  o.notice_user = &notices;
+  const char* const wanted[] = {"model.layers.0.mlp.down_proj.weight"};
+  const std::uint64_t data_start = 8 + header_length(original);
+
+  std::uint64_t begin = 0, end = 0;
+  {
+    Checkpoint ckpt = open_ok(url, &o);
+    Error err;
+    CHECK_CODE(tf_fetch(ckpt.get(), wanted, 1, nullptr, nullptr, err.out()), TF_OK, err);
+    std::size_t i = 0;
+    REQUIRE(tf_find(ckpt.get(), wanted[0], &i));
+    const TensorBytes t = tensor_bytes(ckpt.get(), i, wanted[0]);
+    begin = t.begin;
+    end = t.end;
+    REQUIRE(t.data != nullptr);
+    CHECK(std::string(static_cast<const char*>(t.data), t.length) == original.substr(data_start + begin, end - begin));
+  }
+  CHECK(notices.seen.empty());
+
+  // The same size, URL and ETag; another header (the metadata's "pt" is "np") and other tensor bytes.
+  std::string now = original;
+  const auto at = now.find("\"format\":\"pt\"");
+  REQUIRE(at < data_start);
+  now.replace(at, 13, "\"format\":\"np\"");
+  for (std::size_t k = data_start; k < now.size(); ++k) now[k] = static_cast<char>(now[k] ^ 0x5A);
+  fx.server->rewrite_file_same_etag("org/llama", "model.safetensors", now);
+  fx.server->clear_log();
+
+  Checkpoint ckpt = open_ok(url, &o);
+  REQUIRE(notices.seen.size() == 1);
+  CHECK(notices.seen[0].size == sizeof(tf_notice));
+  CHECK(notices.seen[0].kind == TF_NOTICE_STALE_CACHE);
+  CHECK(notices.seen[0].offset == at + 10);  // the 'n' of "np"
+  CHECK(notices.file[0] == tf_file_path(ckpt.get(), 0));  // (a URL's last segment)
+  CHECK(notices.url[0] == url.substr(0, url.find('?')));  // (without the signed query)
+  CHECK(notices.blob[0].find(".retired-") != std::string::npos);
+  CHECK(notices.message[0].find("rewritten on the server without its ETag changing") != std::string::npos);
+  CHECK(fs::is_directory(fs::path(dir) / "blobs" / notices.blob[0]));
+
+  // The stale bytes are not served: the tensor is not in the cache until fetched again.
+  const void* data = nullptr;
+  std::size_t len = 0;
+  CHECK(tf_tensor_data(ckpt.get(), wanted[0], &data, &len) == TF_ERR_NOT_FETCHED);
+  Error err;
+  tf_fetch_stats stats;
+  tf_fetch_stats_init(&stats);
+  CHECK_CODE(tf_fetch(ckpt.get(), wanted, 1, nullptr, &stats, err.out()), TF_OK, err);
+  CHECK(stats.bytes_transferred > 0);
+  CHECK_CODE(tf_tensor_data(ckpt.get(), wanted[0], &data, &len), TF_OK, err);
+  REQUIRE(len == end - begin);
+  CHECK(std::string(static_cast<const char*>(data), len) == now.substr(data_start + begin, end - begin));
+  // Every byte of the tensor came from the server after the rewrite (one URL, one ETag throughout).
+  std::uint64_t data_bytes = 0;
+  std::set<std::string> etags;
+  for (const auto& r : fx.server->log()) {
+    if (r.kind != "cdn") continue;
+    etags.insert(r.etag);
+    const auto eq = r.range.find('=');
+    if (r.status == 206 && eq != std::string::npos && std::stoull(r.range.substr(eq + 1)) >= data_start) {
+      data_bytes += r.body_bytes;
+    }
+  }
+  CHECK(etags.size() == 1);
+  REQUIRE(data_start + begin >= kHeaderWindow);  // (beyond what the open reads)
+  CHECK(data_bytes >= end - begin);
+}

@@ -14,6 +14,7 @@
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -487,4 +488,109 @@ TEST_CASE("remote over HTTP/2 + TLS (nginx): a sharded checkpoint opens with eve
     REQUIRE(v->bytes.size() == lv->bytes.size());
     CHECK(std::memcmp(v->bytes.data(), lv->bytes.data(), v->bytes.size()) == 0);
   }
+}
+
+TEST_CASE("remote (nginx): a file rewritten with the same size within one second keeps nginx's ETag; the next open "
+          "finds the cached bytes stale, retires them, says so, and serves the new bytes",
+          "[remote][h2][stale]") {
+  const auto nginx_bin = find_nginx();
+  if (!nginx_bin) {
+    WARN("SKIPPED: nginx not found (/usr/sbin/nginx, $PATH or $TENSORFETCH_NGINX); install nginx-light");
+    return;
+  }
+  TempDir tmp;
+  const fs::path www = tmp.path() / "www", v2 = tmp.path() / "v2";
+  // Two versions of one model.safetensors: the same tensors (so the same header and size),
+  // other values (another seed). Larger than the 256 KiB first window, which holds tensor bytes.
+  make_checkpoint({"-o", www.string(), "--layers", "2", "--hidden", "128", "--shards", "1", "--seed", "7"});
+  make_checkpoint({"-o", v2.string(), "--layers", "2", "--hidden", "128", "--shards", "1", "--seed", "8"});
+  const fs::path served = www / "model.safetensors";
+  const std::string old_bytes = tftest::read_file(served), new_bytes = tftest::read_file(v2 / "model.safetensors");
+  REQUIRE(old_bytes.size() == new_bytes.size());
+  REQUIRE(old_bytes.size() > 2 * 262144);
+  REQUIRE(old_bytes != new_bytes);
+
+  const auto tls = tensorfetch::testing::generate_self_signed_cert(tmp.path() / "tls");
+  Nginx nginx(*nginx_bin, tmp.path() / "nginx", www, tls.cert, tls.key);
+  std::vector<tensorfetch::StaleCache> told;
+  OpenOptions o;
+  o.token = std::string();
+  o.ca_file = tls.cert.string();
+  o.max_retries = 0;
+  o.cache_dir = (tmp.path() / "cache").string();
+  o.on_stale_cache = [&told](const tensorfetch::StaleCache& s) { told.push_back(s); };
+  const std::string url = "https://127.0.0.1:" + std::to_string(nginx.port()) + "/model.safetensors";
+
+  // The last tensor in the file lies past the first window: fetched by range requests.
+  auto last_of = [](const Checkpoint& c) {
+    const tensorfetch::TensorRef* last = &c.tensors().front();
+    for (const auto& t : c.tensors()) last = t.info->begin > last->info->begin ? &t : last;
+    return last;
+  };
+  auto fetch_last = [&](Checkpoint& c) -> std::string {
+    const tensorfetch::TensorRef* last = last_of(c);
+    const std::vector<tensorfetch::Selector> selectors{tensorfetch::Selector{std::string(last->info->name), std::nullopt}};
+    auto sel = c.select(selectors);
+    INFO((sel ? std::string() : sel.error().message));
+    REQUIRE(sel);
+    auto fetched = c.fetch(*sel);
+    INFO((fetched ? std::string() : fetched.error().message));
+    REQUIRE(fetched);
+    auto view = c.view(*last);
+    REQUIRE(view);
+    return std::string(reinterpret_cast<const char*>(view->bytes.data()), view->bytes.size());
+  };
+  std::optional<std::string> etag;
+  std::uint64_t begin = 0, end = 0;
+  {
+    auto first = Checkpoint::open(url, o);
+    INFO((first ? std::string() : first.error().message));
+    REQUIRE(first);
+    etag = first->files()[0].etag;
+    const std::string got = fetch_last(*first);
+    const std::uint64_t data = first->header(0)->data_offset();
+    begin = data + last_of(*first)->info->begin;
+    end = data + last_of(*first)->info->end;
+    CHECK(got == old_bytes.substr(begin, end - begin));
+  }
+  REQUIRE(told.empty());
+  REQUIRE(begin > 262144);
+
+  // Rewritten within the same second: the same size and modification time, so the same ETag.
+  struct stat st {};
+  REQUIRE(::stat(served.c_str(), &st) == 0);
+  {
+    std::fstream f(served, std::ios::in | std::ios::out | std::ios::binary);
+    f.write(new_bytes.data(), static_cast<std::streamsize>(new_bytes.size()));
+  }
+  const struct timespec times[2] = {st.st_atim, st.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, served.c_str(), times, 0) == 0);
+  const std::size_t before = nginx.wait_for_records(1).size();
+
+  auto second = Checkpoint::open(url, o);
+  INFO((second ? std::string() : second.error().message));
+  REQUIRE(second);
+  CHECK(second->files()[0].etag == etag);
+  REQUIRE(told.size() == 1);
+  CHECK(told[0].file == "model.safetensors");
+  CHECK(told[0].url == url);
+  CHECK(told[0].offset >= second->header(0)->data_offset());  // the header is the same; tensor bytes differ
+  CHECK(told[0].blob.find(".retired-") != std::string::npos);
+  CHECK(fs::is_directory(tmp.path() / "cache" / "blobs" / told[0].blob));
+  // The stale bytes are not served.
+  auto stale = second->view(*last_of(*second));
+  REQUIRE_FALSE(stale);
+  CHECK(stale.error().code == tensorfetch::ErrorCode::NotFetched);
+  CHECK(fetch_last(*second) == new_bytes.substr(begin, end - begin));
+  // On the wire: the tensor's range was asked for again after the rewrite.
+  const auto log = nginx.wait_for_records(before + 2);
+  bool asked = false;
+  for (std::size_t i = before; i < log.size(); ++i) {
+    const auto& r = log[i];
+    if (r.status == 206 && r.range.starts_with("bytes=") && std::stoull(r.range.substr(6)) <= begin &&
+        std::stoull(r.range.substr(r.range.find('-') + 1)) + 1 >= end) {
+      asked = true;
+    }
+  }
+  CHECK(asked);
 }

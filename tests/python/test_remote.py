@@ -266,3 +266,70 @@ def test_warm_connections_opens_the_data_connections_during_the_open_and_the_fet
                              **{k: v for k, v in remote.items() if k != "cache_dir"})
     assert len(state) > 0
     assert len([r for r in cdn_requests(hub.log()) if r["range"] == "bytes=0-0"]) == 2
+
+
+def test_a_plain_url_rewritten_with_the_same_size_and_etag_warns_once_and_serves_the_new_bytes(reference, tmp_path):
+    """A file rewritten in place (same size; its URL and ETag unchanged, as nginx's ETag within one
+    second): the next open warns (StaleCacheWarning), retires the stale cached bytes, and the
+    tensor's new bytes are fetched and served."""
+    import json
+    import struct
+    import warnings
+
+    from conftest import Hub
+
+    torch = pytest.importorskip("torch")  # (the tensors are BF16)
+
+    def raw(t):
+        return t.contiguous().view(torch.int16).numpy().tobytes()
+
+    root = tmp_path / "root"
+    (root / "org" / "stale").mkdir(parents=True)
+    original = (reference / "llama-tiny-single" / "model.safetensors").read_bytes()
+    served = root / "org" / "stale" / "model.safetensors"
+    served.write_bytes(original)
+    (n,) = struct.unpack("<Q", original[:8])
+    data_start = 8 + n
+    header = json.loads(original[8:data_start])
+    name = "model.layers.0.mlp.down_proj.weight"
+    a, b = (data_start + x for x in header[name]["data_offsets"])
+    # The same size: the metadata's "pt" written "np", every tensor byte XOR 0x5A.
+    at = original.index(b'"format":"pt"')
+    now = bytearray(original)
+    now[at:at + 13] = b'"format":"np"'
+    now[data_start:] = bytes(x ^ 0x5A for x in original[data_start:])
+    now = bytes(now)
+
+    hub = Hub(root)
+    try:
+        url = _cdn_url(hub, "org/stale", "model.safetensors")
+        opts = {"endpoint": hub.endpoint, "cache_dir": str(tmp_path / "cache"), "retries": 2, "window": 16384}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tensorfetch.StaleCacheWarning)  # none while the bytes agree
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == original[a:b]
+        with open(served, "r+b") as out:  # in place: the server keeps the URL and its ETag
+            out.write(now)
+        hub.clear()
+        with pytest.warns(tensorfetch.StaleCacheWarning, match="rewritten on the server without its ETag") as told:
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == now[a:b]
+        assert len([w for w in told if issubclass(w.category, tensorfetch.StaleCacheWarning)]) == 1
+        path = url.split("?")[0]
+        assert str(told[0].message).startswith(path.rsplit("/", 1)[1] + ": ")  # the file (the URL's last segment)
+        assert path in str(told[0].message) and "retired" in str(told[0].message)
+        assert told[0].filename == __file__  # attributed to the caller of safe_open
+        log = [r for r in cdn_requests(hub.log()) if r["range"]]
+        assert len({r["etag"] for r in log}) == 1  # one ETag throughout
+        # The tensor's bytes came from the server again, not from the stale cache.
+        assert any(r["status"] == 206 and int(r["range"][len("bytes="):].split("-")[0]) <= a <
+                   int(r["range"].split("-")[1]) + 1 for r in log)
+        # Once retired, never told again: the fresh blob holds the new bytes.
+        hub.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tensorfetch.StaleCacheWarning)
+            with tensorfetch.safe_open(url, framework="pt", **opts) as f:
+                assert raw(f.get_tensor(name)) == now[a:b]
+        assert [r for r in cdn_requests(hub.log()) if r["range"] and not r["range"].startswith("bytes=0-")] == []
+    finally:
+        hub.stop()

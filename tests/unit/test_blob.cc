@@ -19,6 +19,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -1173,4 +1174,138 @@ TEST_CASE("provenance: a shared blob discarded by cache verify makes way for the
   REQUIRE(again->finish("x").has_value());
   CHECK(again->id() == *id.sha256);
   CHECK(tf::cache_verify(*id.sha256, tmp.path().string()).has_value());
+}
+
+// --------------------------------------------------------------------------------------------
+// Stale bytes: first_difference and retire (issue 19, item 3)
+
+TEST_CASE("first_difference compares exactly the committed bytes inside the given window", "[blob][stale]") {
+  TempDir tmp;
+  const std::uint64_t size = 64 * KiB;
+  const std::string content = pattern(size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
+  auto b = open_blob(tmp.path().string(), id, size);
+  write_commit(*b, content, ByteRange{0, 4096});
+  write_commit(*b, content, ByteRange{16 * KiB, 4096});
+  struct Row {
+    const char* name;
+    std::uint64_t offset;       // window start
+    std::uint64_t length;       // window length
+    std::uint64_t flip;         // byte of the window's copy changed (npos: none)
+    std::optional<std::uint64_t> want;
+  };
+  constexpr auto npos = std::numeric_limits<std::uint64_t>::max();
+  const Row rows[] = {
+      {"the same bytes", 0, 32 * KiB, npos, std::nullopt},
+      {"a difference in a committed extent", 0, 32 * KiB, 100, 100},
+      {"a difference in the second extent", 0, 32 * KiB, 16 * KiB + 7, 16 * KiB + 7},
+      {"a difference where nothing is committed", 0, 32 * KiB, 8 * KiB, std::nullopt},
+      {"a window starting inside an extent", 2048, 4096, 3000, 3000},
+      {"a window past every extent", 40 * KiB, 4096, 41 * KiB, std::nullopt},
+  };
+  for (const auto& row : rows) {
+    INFO(row.name);
+    std::string window = content.substr(static_cast<std::size_t>(row.offset), static_cast<std::size_t>(row.length));
+    if (row.flip != npos) window[static_cast<std::size_t>(row.flip - row.offset)] ^= 0x5A;
+    auto d = b->first_difference(row.offset, bytes(window));
+    REQUIRE(d.has_value());
+    CHECK(*d == row.want);
+  }
+}
+
+TEST_CASE("retire: no bytes served any more, by this or another Blob; the identity's next open is a fresh blob; "
+          "commits into the retired one fail; ls and prune see it",
+          "[blob][stale]") {
+  TempDir tmp;
+  const std::string root = tmp.path().string();
+  const std::uint64_t size = 64 * KiB;
+  const std::string content = pattern(size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
+  auto stale = open_blob(root, id, size);
+  auto other = open_blob(root, id, size);  // another process using it
+  write_commit(*stale, content, ByteRange{0, size});
+  REQUIRE(stale->finish("a").has_value());
+  REQUIRE(stale->complete());
+
+  auto name = stale->retire("test");
+  INFO((name ? std::string("ok") : name.error().message));
+  REQUIRE(name.has_value());
+  CHECK(name->starts_with(id.id + ".retired-"));
+  CHECK(td::is_retired_name(*name));
+  CHECK(stale->id() == *name);
+  CHECK(stale->retired());
+  CHECK_FALSE(stale->complete());
+  CHECK_FALSE(held(*stale, ByteRange{0, 1}));
+  const auto meta = read_json(root + "/blobs/" + *name + "/meta.json");
+  CHECK(meta.at("retired") == "test");
+  CHECK(meta.at("extents").empty());
+  CHECK_FALSE(fs::exists(root + "/blobs/" + id.id));
+
+  // The other process: nothing served from it any more, and nothing recorded into it.
+  CHECK_FALSE(held(*other, ByteRange{0, 1}));
+  const Ranges some{{0, 4096}};
+  auto c = other->commit(some);
+  REQUIRE_FALSE(c.has_value());
+  CHECK(c.error().code == ErrorCode::Integrity);
+  CHECK(c.error().message.find("retired") != std::string::npos);
+
+  // The identity's next open makes a fresh blob.
+  auto fresh = open_blob(root, id, size);
+  CHECK(fresh->id() == id.id);
+  CHECK(fresh->extents().empty());
+  CHECK_FALSE(fresh->retired());
+  write_commit(*fresh, pattern(size, 2), ByteRange{0, 4096});
+
+  stale.reset();
+  other.reset();
+  fresh.reset();
+  auto listed = tf::cache_list(root, false);
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->size() == 2);
+  auto r = find_entry(*listed, *name);
+  REQUIRE(r.has_value());
+  CHECK(r->retired);
+  CHECK(r->present == 0);
+  auto f = find_entry(*listed, id.id);
+  REQUIRE(f.has_value());
+  CHECK_FALSE(f->retired);
+  // Prune removes the retired blob whatever the limit, and keeps the fresh one.
+  auto pruned = tf::cache_prune(std::uint64_t{1} << 40, root, false);
+  REQUIRE(pruned.has_value());
+  CHECK(pruned->removed == 1);
+  CHECK_FALSE(fs::exists(root + "/blobs/" + *name));
+  CHECK(fs::exists(root + "/blobs/" + id.id));
+}
+
+TEST_CASE("retire: a crash before the rename leaves a retired meta.json under the identity's name; the next open "
+          "moves it away and makes a fresh blob",
+          "[blob][stale][crash]") {
+  TempDir tmp;
+  const std::string root = tmp.path().string();
+  const std::uint64_t size = 8 * KiB;
+  const std::string content = pattern(size);
+  const auto id = td::blob_identity("https://example.com/a", std::nullopt, std::string("\"e\""), size);
+  {
+    auto b = open_blob(root, id, size);
+    write_commit(*b, content, ByteRange{0, size});
+  }
+  // What retire writes first (extents dropped, "retired" set), without the rename that follows.
+  const std::string meta_path = root + "/blobs/" + id.id + "/meta.json";
+  auto meta = read_json(meta_path);
+  meta["extents"] = nlohmann::json::array();
+  meta["retired"] = "crashed";
+  write_text(meta_path, meta.dump());
+  // Offline (no creation): nothing there any more.
+  auto none = td::Blob::open(cache_at(root), id, size, "https://example.com/a", std::nullopt, td::BlobCreate::No);
+  REQUIRE_FALSE(none.has_value());
+  CHECK(none.error().code == ErrorCode::NotFound);
+  auto fresh = open_blob(root, id, size);
+  CHECK(fresh->extents().empty());
+  CHECK_FALSE(fresh->retired());
+  auto listed = tf::cache_list(root, false);
+  REQUIRE(listed.has_value());
+  REQUIRE(listed->size() == 2);
+  std::size_t retired = 0;
+  for (const auto& e : *listed) retired += e.retired ? 1 : 0;
+  CHECK(retired == 1);
 }

@@ -217,6 +217,11 @@ class HubServer {
   std::string file_sha256(std::string_view repo_id, std::string_view path);
   // The CDN URL the server would redirect to for that file ("" if absent).
   std::string cdn_url(std::string_view repo_id, std::string_view path);
+  // Rewrites a repo file in place with `bytes` of its size (std::invalid_argument: absent, or
+  // another size). A CDN URL made before (`cdn_url`) keeps working and keeps its ETag (the old
+  // sha256) while it now serves the new bytes: a file rewritten without its ETag changing, as
+  // nginx's (modification time in seconds, size) does not within one second.
+  void rewrite_file_same_etag(std::string_view repo_id, std::string_view path, std::string_view bytes);
 
   // --- switches (runtime; thread-safe). `match`: only requests whose raw target or repo file
   // ("org/name/path") contains this substring ("" = all). `n`: how many matching requests

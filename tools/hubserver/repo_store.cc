@@ -261,4 +261,22 @@ std::string HubServer::cdn_url(std::string_view repo_id, std::string_view path) 
   return impl_->make_cdn_url(sha);
 }
 
+void HubServer::rewrite_file_same_etag(std::string_view repo_id, std::string_view path, std::string_view bytes) {
+  const fs::path p = impl_->repos.dir(std::string(repo_id)) / std::string(path);
+  std::error_code ec;
+  const auto size = fs::file_size(p, ec);
+  if (ec || impl_->opt.root.empty()) throw std::invalid_argument("rewrite_file_same_etag: no file " + p.string());
+  if (size != bytes.size()) {
+    throw std::invalid_argument("rewrite_file_same_etag: " + p.string() + " has " + std::to_string(size) +
+                                " bytes, not " + std::to_string(bytes.size()));
+  }
+  // In place (the same inode, as an editor writing over it would): the CDN registry keeps the
+  // path under the old sha256.
+  fs::permissions(p, fs::perms::owner_write, fs::perm_options::add, ec);  // (copies of read-only files)
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.flush();
+  if (!f) throw std::invalid_argument("rewrite_file_same_etag: cannot write " + p.string());
+}
+
 }  // namespace tensorfetch::testing

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // `tensorfetch cache ls | verify | rm | prune`.
+#include <algorithm>
 #include <ctime>
 #include <iomanip>
 #include <iostream>
@@ -13,6 +14,9 @@
 namespace tensorfetch::cli {
 
 namespace {
+
+// A retired blob's name (`ID.retired-...`, see `CacheEntry::retired`).
+bool is_retired_id(const std::string& id) { return id.find(".retired-") != std::string::npos; }
 
 int list(const CacheOptions& o) {
   auto entries = cache_list(o.dir, o.shared);
@@ -29,7 +33,8 @@ int list(const CacheOptions& o) {
                      {"sha256", e.sha256 ? nlohmann::json(*e.sha256) : nlohmann::json(nullptr)},
                      {"last_used", e.last_used},
                      {"in_use", e.in_use},
-                     {"origin", e.origin}});
+                     {"origin", e.origin},
+                     {"retired", e.retired}});
     }
     std::cout << out.dump(2) << '\n';
     return 0;
@@ -45,12 +50,18 @@ int list(const CacheOptions& o) {
     char pct[16];
     std::snprintf(pct, sizeof pct, "%.0f%%", e.size ? 100.0 * static_cast<double>(e.present) / static_cast<double>(e.size) : 100.0);
     std::cout << std::setw(83) << escape_text(e.id) << std::setw(11) << human_bytes(static_cast<double>(e.size)) << std::setw(9)
-              << (e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
+              << (e.retired ? std::string("retired") : e.complete ? std::string("done") : std::string(pct)) << std::setw(11)
               << human_bytes(static_cast<double>(e.disk_bytes)) << std::setw(18) << when << escape_text(e.url)
               << (e.in_use ? "  (in use)" : "") << '\n';
   }
   std::cout << entries->size() << (entries->size() == 1 ? " blob, " : " blobs, ") << human_bytes(static_cast<double>(disk))
             << " on disk in " << escape_text(cache_root(o.dir)) << '\n';
+  const auto retired = std::count_if(entries->begin(), entries->end(), [](const CacheEntry& e) { return e.retired; });
+  if (retired > 0) {
+    std::cout << retired << (retired == 1 ? " retired blob" : " retired blobs")
+              << " (stale bytes of files rewritten on their server, never served): `tensorfetch cache prune` removes "
+              << (retired == 1 ? "it" : "them") << '\n';
+  }
   return 0;
 }
 
@@ -63,6 +74,10 @@ int verify(const CacheOptions& o) {
   }
   int code = 0;
   for (const auto& id : ids) {
+    if (is_retired_id(id)) {  // nothing in it is served, so nothing to verify
+      std::cout << escape_text(id) << ": retired (stale bytes, never served)\n";
+      continue;
+    }
     auto r = cache_verify(id, o.dir, o.shared);
     if (!r) {
       code = std::max(code, report(r.error()));

@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
   cache_verify->add_option("ids", cache.ids, "Blob ids (see cache ls)");
   auto* cache_rm = cache_cmd->add_subcommand("rm", "Remove cached files (not while a process uses them)");
   cache_rm->add_option("ids", cache.ids, "Blob ids (see cache ls)")->required();
-  auto* cache_prune = cache_cmd->add_subcommand("prune", "Remove least recently used files until the cache fits");
+  auto* cache_prune = cache_cmd->add_subcommand(
+      "prune", "Remove retired blobs (stale bytes), then least recently used files until the cache fits");
   cache_prune->add_option("--max-size", cache.max_size, "Largest total disk use to keep, e.g. 20GB or 500MiB")
       ->transform(CLI::AsSizeValue(true))
       ->transform(plain_number(true))
@@ -234,6 +235,8 @@ int main(int argc, char** argv) {
   // A rate limit's wait (minutes, on the Hub) is said on stderr, whatever the command.
   inspect.open.on_wait = get.open.on_wait = download.open.on_wait = wait_notice();
   get.fetch.on_wait = download.fetch.on_wait = wait_notice();
+  // Stale cached bytes (a file rewritten without its ETag changing) are a warning, whatever -q.
+  inspect.open.on_stale_cache = get.open.on_stale_cache = download.open.on_stale_cache = stale_cache_notice();
   try {
     if (*inspect_cmd) return exit_status(run_inspect(inspect));
     if (*get_cmd) return exit_status(get.mpi ? run_get_mpi(get) : run_get(get));

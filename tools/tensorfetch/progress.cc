@@ -101,6 +101,15 @@ ServerWaitCallback wait_notice() {
   };
 }
 
+StaleCacheCallback stale_cache_notice() {
+  return [](const StaleCache& s) {
+    if (g_drawn) std::fputs("\n", stderr);
+    g_drawn = false;
+    std::fprintf(stderr, "tensorfetch: warning: %s\n", escape_text(s.message).c_str());
+    std::fflush(stderr);
+  };
+}
+
 void finish_progress() {
   if (g_drawn) std::fputs("\n", stderr);
   g_drawn = false;

@@ -21,6 +21,11 @@ std::function<bool(const FetchProgress&)> progress_callback(bool quiet);
 /// Ctrl-C stops it. Said once per wait, not once per parallel request that hit it.
 ServerWaitCallback wait_notice();
 
+/// Tells on stderr, as a warning, that the cache held stale bytes of a file (rewritten on the
+/// server without its ETag changing), that they were retired and the file is fetched again.
+/// Said even with -q: a warning, not progress.
+StaleCacheCallback stale_cache_notice();
+
 /// Ends the bar's line (if one was drawn).
 void finish_progress();
 

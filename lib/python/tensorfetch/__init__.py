@@ -29,6 +29,7 @@ import numbers
 import os
 import sys
 import time
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _tensorfetch as _tf
@@ -41,6 +42,7 @@ from .errors import (
     NetworkError,
     NotFetchedError,
     NotFoundError,
+    StaleCacheWarning,
     TensorfetchError,
     TensorNotFoundError,
 )
@@ -475,6 +477,9 @@ class safe_open:
             raise ValueError(f"framework \"np\" only has the device \"cpu\", not {device!r}")
         open_opts, fetch_opts = _options(options)
         self._ckpt: Any = _tf.Checkpoint.open(_location(filename), open_opts, fetch_opts)
+        # Stale cached bytes found by the open (retired; the file is fetched afresh).
+        for message in self._ckpt.take_notices():
+            warnings.warn(message, StaleCacheWarning, stacklevel=2)
 
     # -- context manager ----------------------------------------------------------------------
     def __enter__(self) -> "safe_open":

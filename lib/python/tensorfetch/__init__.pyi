@@ -11,6 +11,7 @@ from .errors import (
     NetworkError as NetworkError,
     NotFetchedError as NotFetchedError,
     NotFoundError as NotFoundError,
+    StaleCacheWarning as StaleCacheWarning,
     TensorfetchError as TensorfetchError,
     TensorNotFoundError as TensorNotFoundError,
 )

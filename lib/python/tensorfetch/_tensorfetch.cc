@@ -454,6 +454,7 @@ struct PyCheckpoint {
   tf::Checkpoint ckpt;
   tf::FetchOptions fetch_defaults;
   std::mutex fetch_mutex;
+  std::vector<std::string> notices;  // what the open found worth a warning (take_notices)
 
   PyCheckpoint(tf::Checkpoint c, tf::FetchOptions f) : ckpt(std::move(c)), fetch_defaults(std::move(f)) {}
 
@@ -528,9 +529,14 @@ std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const
   tf::OpenOptions options = open_options(open);
   options.cancel = tf::CancelToken::make();
   options.bare_names_are_paths = true;  // as safetensors: a string without a scheme is a path
+  // Told on the worker thread; warned about (warnings.warn) by the Python layer.
+  std::vector<std::string> notices;
+  options.on_stale_cache = [&notices](const tf::StaleCache& s) { notices.push_back(s.message); };
   auto r = run_blocking([&] { return tf::Checkpoint::open(location, options); }, options.cancel);
   if (!r) raise(r.error(), Origin::Open);
-  return std::make_shared<PyCheckpoint>(std::move(*r), fetch_options(fetch));
+  auto out = std::make_shared<PyCheckpoint>(std::move(*r), fetch_options(fetch));
+  out->notices = std::move(notices);
+  return out;
 }
 
 // The zero-copy tensor `name` (fetched first when remote and not yet in the cache).
@@ -763,6 +769,13 @@ PYBIND11_MODULE(_tensorfetch, m) {
       .def_property_readonly("sharded", [](const PyCheckpoint& h) { return h.ckpt.sharded(); })
       .def_property_readonly("commit", [](const PyCheckpoint& h) { return optional_str(h.ckpt.commit()); })
       .def_property_readonly("requests", [](const PyCheckpoint& h) { return h.ckpt.requests(); })
+      .def("take_notices",
+           [](PyCheckpoint& h) {
+             std::vector<std::string> out;
+             out.swap(h.notices);
+             return out;
+           },
+           "What the open found worth a warning (stale cached bytes, retired), once")
       .def("keys",
            [](const PyCheckpoint& h) {
              py::list out;

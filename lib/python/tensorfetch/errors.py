@@ -14,6 +14,13 @@ Every message names the file, tensor, URL and byte range involved, as the CLI's 
   - ``DtypeError`` (1, also a ``TypeError``): the framework has no such dtype (BF16 in NumPy,
     F8 in torch < 2.1); the bytes are never reinterpreted as another type
 - Ctrl-C during a fetch raises ``KeyboardInterrupt`` once the fetch has stopped.
+
+And one warning class:
+
+- ``StaleCacheWarning`` (a ``UserWarning``): on open, the cache held bytes of a file that differ
+  from those its server sends now under the same URL, ETag and size (the file was rewritten
+  without its ETag changing); they were retired (never served again) and the file is fetched
+  afresh.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ __all__ = [
     "NotFetchedError",
     "CancelledError",
     "DtypeError",
+    "StaleCacheWarning",
 ]
 
 
@@ -104,3 +112,11 @@ def _from_library(code: str, exit_code: int, message: str, origin: str) -> Tenso
     err = cls(message, code)
     err.exit_code = exit_code
     return err
+
+
+class StaleCacheWarning(UserWarning):
+    """The cache held stale bytes of a remote file: a file rewritten on its server while its URL,
+    ETag and size stayed the same (nginx's ETag is the modification time in seconds and the
+    size). Told by ``warnings.warn`` when a checkpoint is opened; the stale bytes were retired
+    (never served again, also to other processes sharing the cache) and the file is fetched
+    afresh."""
