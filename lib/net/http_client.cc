@@ -582,7 +582,14 @@ struct HttpClient::Impl {
       const std::string r = "Range: " + range_text(*range);
       h = curl_slist_append(h, r.c_str());
     }
-    if (req.sink) curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes
+    if (req.sink) {
+      // Fewer, larger writes; under max_rate no larger than a sixteenth of a second of the cap
+      // (at least 16 KiB), so that the paused transfers take short turns and each gets some
+      // bytes often (a server may close a connection it could not write to for long).
+      long buffer = 512L << 10;
+      if (t.throttle) buffer = std::clamp(static_cast<long>(options.max_rate / 16), 16L << 10, buffer);
+      curl_easy_setopt(e, CURLOPT_BUFFERSIZE, buffer);
+    }
     if (req.if_match) h = curl_slist_append(h, ("If-Match: " + *req.if_match).c_str());
     if (!req.bearer_token.empty() && !req.token_authority.empty() &&
         url_authority(t.url) == req.token_authority) {

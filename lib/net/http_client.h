@@ -75,7 +75,8 @@ struct HttpOptions {
   /// bytes (at least 64 KiB). A transfer that finds it empty is paused (its write callback
   /// returns CURL_WRITEFUNC_PAUSE: libcurl stops reading its socket, and TCP flow control slows
   /// the sender), and the paused transfers are resumed oldest first as the bucket refills, so
-  /// they share the cap evenly. Time a transfer spends paused by the cap counts neither as a
+  /// they share the cap evenly (streaming reads are then at most a sixteenth of a second of the
+  /// cap, at least 16 KiB: short turns). Time a transfer spends paused by the cap counts neither as a
   /// stall nor against `min_rate` (libcurl's own low-speed check is off then: `stall_timeout_ms`
   /// is enforced here). The bucket lives as long as the client, across runs and `reconfigure`s
   /// that keep the rate: consecutive fetches on one client stay under the cap together.
