@@ -67,6 +67,9 @@ struct StaleCache {
 /// Told about stale cached bytes (see `StaleCache`), on the thread that runs the open.
 using StaleCacheCallback = std::function<void(const StaleCache&)>;
 
+/// The smallest non-zero `OpenOptions::max_rate`: 1 KiB/s.
+inline constexpr std::uint64_t kMinMaxRate = 1024;
+
 /// How to open a checkpoint. Defaults come from the environment, as the Hugging Face tools
 /// read it. A plain value.
 struct OpenOptions {
@@ -113,6 +116,17 @@ struct OpenOptions {
   /// retried from the last byte received; after `max_retries` it fails (`Network`) naming the
   /// URL, the byte range and the rate seen. 0: only a window without any byte fails.
   std::uint64_t min_rate = 1024;
+  /// Cap on the bandwidth of every fetch of this checkpoint, in bytes per second, shared by all
+  /// its connections together (not per connection), so that a loader leaves room for the
+  /// node's other traffic. 0 (the default): no cap; otherwise at least `kMinMaxRate` (else
+  /// `open` fails with `InvalidArgument`). Applies to tensor data (`fetch`, `fetch_all`,
+  /// `fetch_ranges`, `fetch_and_write`, ...), whose connections share one token bucket for the
+  /// checkpoint's life: a transfer that finds it empty is paused (the kernel's flow control then
+  /// slows the server) and paused transfers resume in turn as it refills, so over a fetch the
+  /// rate is the cap, within a tenth of a second's worth of bytes. Time paused by the cap counts
+  /// neither toward `stall_timeout_ms` nor against `min_rate`. The open's own reads (headers,
+  /// index, config.json: kilobytes per file) are not capped.
+  std::uint64_t max_rate = 0;
   /// Connect (TCP + TLS) timeout.
   long connect_timeout_ms = 10'000;
   /// Root of the tensorfetch cache; empty: `$TENSORFETCH_CACHE`, else

@@ -276,6 +276,12 @@ typedef struct tf_open_options {
   tf_notice_fn notice;
   /** Passed to `notice` unchanged. */
   void* notice_user;
+  /** Cap on the bandwidth of every fetch of the checkpoint, in bytes per second, shared by all
+   *  its connections together (not per connection), so that a loader leaves room for the
+   *  node's other traffic; time a transfer is paused by the cap does not count as a stall. 0
+   *  (the default): no cap. From 1 to 1023 (below 1 KiB/s): `TF_ERR_INVALID_ARGUMENT`. Added
+   *  after `notice_user`: read only when `size` covers it. */
+  uint64_t max_rate;
 } tf_open_options;
 
 /**

@@ -483,6 +483,8 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
           fn(&n, user);
         };
       }
+      // Below kMinMaxRate, Checkpoint::open refuses it (TF_ERR_INVALID_ARGUMENT).
+      if (TF_HOLDS(tf_open_options, options, max_rate)) o.max_rate = options->max_rate;
     }
     auto opened = tensorfetch::Checkpoint::open(location, o);
     if (!opened) return store_error(err, opened.error());

@@ -239,11 +239,27 @@ Result<void> Checkpoint::Impl::finish_open() {
   return {};
 }
 
+namespace {
+
+// Option values no open accepts, refused before anything is read (local locations too: the
+// same options would fail on a remote one).
+Result<void> check_open_options(const OpenOptions& options) {
+  if (options.max_rate != 0 && options.max_rate < kMinMaxRate) {
+    return fail(ErrorCode::InvalidArgument, "max_rate " + std::to_string(options.max_rate) +
+                                                " bytes/s is below the smallest cap, " + std::to_string(kMinMaxRate) +
+                                                " bytes/s (0: no cap)");
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<Checkpoint> Checkpoint::open_manifest(std::string_view location, std::string_view manifest,
                                              const OpenOptions& options) {
   if (location.find('\0') != std::string_view::npos) {
     return fail(ErrorCode::InvalidArgument, "location " + quote_name(location) + " contains a NUL byte");
   }
+  if (auto r = check_open_options(options); !r) return fail(r.error());
   auto parsed = detail::parse_location(location, false);
   if (!parsed) return fail(parsed.error());
   if (parsed->kind == detail::LocationKind::Local) {
@@ -270,6 +286,7 @@ Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOp
   if (location_view.find('\0') != std::string_view::npos) {
     return fail(ErrorCode::InvalidArgument, "location " + quote_name(location_view) + " contains a NUL byte");
   }
+  if (auto r = check_open_options(options); !r) return fail(r.error());
   std::string location(location_view);
   auto impl = std::make_unique<Impl>();
   impl->location = location;

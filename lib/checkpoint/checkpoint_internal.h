@@ -181,6 +181,7 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   // the first fetch, or by the open when it warms connections (see DataConnections).
   std::unique_ptr<detail::DataConnections> data;
   std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
+  std::uint64_t max_rate = 0;                    // OpenOptions::max_rate (data transfers; 0: no cap)
   // Guards RemoteFileState::blob and ::range_url of every file: `fetch` sets them while const
   // members (views, write) may read them on other threads.
   mutable std::shared_mutex blob_mutex;

@@ -165,6 +165,7 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   auto& settings = job.settings;
   settings.http = impl.http;  // as open resolved them (CA bundle from CURL_CA_BUNDLE, ...)
   settings.http.max_parallel = std::max<std::size_t>(1, options.connections ? options.connections : impl.connections);
+  settings.http.max_rate = impl.max_rate;  // one bucket for all connections (the data client's)
   settings.token = impl.token;
   settings.token_authority = impl.token_authority;
   settings.max_gap = options.coalesce_gap;

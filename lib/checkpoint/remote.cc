@@ -610,6 +610,7 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
   impl.http.cancel = {};
   impl.http.on_wait = nullptr;
   impl.connections = options.connections;
+  impl.max_rate = options.max_rate;
   impl.endpoint = remote.endpoint;
   impl.token = remote.token;
   impl.token_authority = remote.token_authority;

@@ -435,7 +435,9 @@ class Scheduler {
       }
       if (fb >= 0) waits.push_back(fb);
     }
-    if (rates.size() < 2) return;
+    // Under a max_rate that is pausing transfers, the cap sets every rate: no transfer is slow
+    // because of its link, and more connections would not bring a byte more.
+    if (rates.size() < 2 || client_.throttled()) return;
     const double typical = median(rates);
     const double wait = waits.empty() ? 0 : median(waits);  // time to first byte: what a new request costs
     // A transfer at less than a third of the typical rate, receiving for half a second, gives

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <memory>
@@ -95,6 +96,36 @@ bool tls_error(CURLcode code) {
   }
 }
 
+// The token bucket of `HttpOptions::max_rate`, shared by every transfer of a client: body bytes
+// take tokens; a transfer that finds none left is paused (queued here, oldest first) until the
+// bucket refills. The bucket may go into debt by one write (libcurl hands a write over whole),
+// which the refill pays back first, so the rate over a fetch is the cap.
+struct Throttle {
+  double rate = 0;    // bytes per second; 0: no cap
+  double burst = 0;   // most tokens held (a tenth of a second of bytes, at least 64 KiB)
+  double tokens = 0;  // may be negative (debt)
+  Clock::time_point last{};
+  std::deque<std::size_t> paused;  // transfer ids, in the order they were paused
+
+  void configure(std::uint64_t bytes_per_second) {
+    if (static_cast<double>(bytes_per_second) == rate) return;  // same cap: the bucket goes on
+    rate = static_cast<double>(bytes_per_second);
+    burst = std::max(rate / 10, 64.0 * 1024);
+    tokens = burst;
+    last = Clock::now();
+  }
+  void refill(Clock::time_point now) {
+    if (now <= last) return;
+    tokens = std::min(burst, tokens + rate * std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+  // How long until the bucket holds a token again (0: it does).
+  [[nodiscard]] long wait_ms() const {
+    if (tokens > 0) return 0;
+    return std::max(1L, static_cast<long>(std::ceil((1 - tokens) / rate * 1000)));
+  }
+};
+
 // One request's life: hops, attempts, and the response being received.
 struct Transfer {
   HttpRequest request;       // as submitted (a copy; `sink` stays the caller's)
@@ -138,6 +169,11 @@ struct Transfer {
   Clock::time_point window_start{};
   curl_off_t window_dlnow = 0;
   std::optional<double> slow_rate;
+  // max_rate: the client's bucket (null: no cap), and whether (since when) the current attempt
+  // is paused because the bucket was empty.
+  Throttle* throttle = nullptr;
+  bool paused = false;
+  Clock::time_point paused_at{};
 
   // The range still wanted: the request's (up to `end` when streaming), minus what a sink
   // already has.
@@ -258,8 +294,10 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
 // Also aborts one that received less than min_rate bytes per second over a whole window of
 // stall_ms, unless that was all there was still to come (`dltotal`, when known): a server
 // dripping a few bytes a second is abandoned, and retried, instead of being waited for.
+// Time paused by max_rate does not count (see `HttpClient::Impl::resume_paused`).
 int on_progress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
+  if (t->paused) return 0;
   const auto now = Clock::now();
   if (dlnow != t->last_dlnow) {
     t->last_dlnow = dlnow;
@@ -288,6 +326,22 @@ int on_progress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t, cu
 size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t n = size * count;
+  // Refused while libcurl handed held bytes over on a resume (see resume_paused), where a
+  // failed write cannot end the transfer: this one does.
+  if (t->sink_error) return 0;
+  if (t->throttle != nullptr && n > 0) {
+    // max_rate: no token left, so pause; libcurl hands the same bytes over again on resume.
+    Throttle& bucket = *t->throttle;
+    const auto now = Clock::now();
+    bucket.refill(now);
+    if (bucket.tokens <= 0) {
+      t->paused = true;
+      t->paused_at = now;
+      bucket.paused.push_back(t->index);
+      return CURL_WRITEFUNC_PAUSE;
+    }
+    bucket.tokens -= static_cast<double>(n);
+  }
   long status = 0;
   curl_easy_getinfo(t->easy.get(), CURLINFO_RESPONSE_CODE, &status);
   if (status >= 300 && status < 400) return n;  // redirect bodies are not kept
@@ -442,9 +496,11 @@ struct HttpClient::Impl {
   HttpStats stats;
   std::mt19937_64 rng{std::random_device{}()};
   SeenProtocols seen;  // which hosts answered over HTTP/2 (whether to wait to multiplex)
+  Throttle throttle;   // HttpOptions::max_rate
 
   explicit Impl(HttpOptions o) : options(std::move(o)) {
     global_init();
+    throttle.configure(options.max_rate);
     multi.reset(curl_multi_init());
     curl_multi_setopt(multi.get(), CURLMOPT_PIPELINING, options.multiplex ? CURLPIPE_MULTIPLEX : CURLPIPE_NOTHING);
     keep_connections();
@@ -480,6 +536,8 @@ struct HttpClient::Impl {
     t.window_start = t.last_byte;
     t.window_dlnow = 0;
     t.slow_rate.reset();
+    t.throttle = options.max_rate > 0 ? &throttle : nullptr;
+    t.paused = false;
     t.delivered_before = t.delivered;
     ++t.attempt;
     ++stats.requests;
@@ -504,8 +562,12 @@ struct HttpClient::Impl {
     curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, &t);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, (options.stall_timeout_ms + 999) / 1000));
+    if (!t.throttle) {
+      // Under max_rate, libcurl's check would count a paused transfer's time: on_progress
+      // enforces the stall timeout alone then.
+      curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+      curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, std::max(1L, (options.stall_timeout_ms + 999) / 1000));
+    }
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
     if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
@@ -520,7 +582,14 @@ struct HttpClient::Impl {
       const std::string r = "Range: " + range_text(*range);
       h = curl_slist_append(h, r.c_str());
     }
-    if (req.sink) curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 512L << 10);  // fewer, larger writes
+    if (req.sink) {
+      // Fewer, larger writes; under max_rate no larger than a sixteenth of a second of the cap
+      // (at least 16 KiB), so that the paused transfers take short turns and each gets some
+      // bytes often (a server may close a connection it could not write to for long).
+      long buffer = 512L << 10;
+      if (t.throttle) buffer = std::clamp(static_cast<long>(options.max_rate / 16), 16L << 10, buffer);
+      curl_easy_setopt(e, CURLOPT_BUFFERSIZE, buffer);
+    }
     if (req.if_match) h = curl_slist_append(h, ("If-Match: " + *req.if_match).c_str());
     if (!req.bearer_token.empty() && !req.token_authority.empty() &&
         url_authority(t.url) == req.token_authority) {
@@ -541,7 +610,27 @@ struct HttpClient::Impl {
     seen.saw(t.url, version == CURL_HTTP_VERSION_2_0);
   }
 
+  // max_rate: resumes paused transfers, oldest first, while the bucket holds tokens. The time
+  // each was paused is taken out of its stall and min_rate clocks: waiting for our own cap is
+  // not a slow server. (Resuming hands the held bytes to on_body at once, which takes tokens.)
+  void resume_paused() {
+    if (throttle.paused.empty()) return;
+    const auto now = Clock::now();
+    throttle.refill(now);
+    while (throttle.tokens > 0 && !throttle.paused.empty()) {
+      Transfer& t = transfers[throttle.paused.front()];
+      throttle.paused.pop_front();
+      if (!t.easy || !t.paused) continue;  // finished, or an entry of an earlier pause
+      t.paused = false;
+      const auto paused_for = now - t.paused_at;
+      t.last_byte += paused_for;
+      t.window_start += paused_for;
+      curl_easy_pause(t.easy.get(), CURLPAUSE_CONT);
+    }
+  }
+
   void finish_attempt(Transfer& t) {
+    t.paused = false;
     curl_multi_remove_handle(multi.get(), t.easy.get());
     t.easy.reset();
     t.headers.reset();
@@ -812,6 +901,7 @@ struct HttpClient::Impl {
         ready.pop_front();
         ++active;
       }
+      resume_paused();
       int running = 0;
       curl_multi_perform(multi.get(), &running);
       int left = 0;
@@ -850,6 +940,11 @@ struct HttpClient::Impl {
         auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(transfers[i].due - Clock::now()).count();
         timeout_ms = std::clamp<long>(static_cast<long>(ms), 0, timeout_ms);
       }
+      if (!throttle.paused.empty()) {
+        // Paused transfers have no socket to wake us: wake when the bucket holds a token again.
+        throttle.refill(Clock::now());
+        timeout_ms = std::min(timeout_ms, throttle.wait_ms());
+      }
       if (timeout_ms > 0 || active > 0) curl_multi_poll(multi.get(), nullptr, 0, static_cast<int>(timeout_ms), nullptr);
     }
     // Cancelled: stop what runs, and report the rest as cancelled (except when the caller
@@ -871,6 +966,7 @@ struct HttpClient::Impl {
     ready.clear();
     waiting.clear();
     early.clear();
+    throttle.paused.clear();
     active = 0;
   }
 
@@ -956,11 +1052,14 @@ std::optional<TransferState> HttpClient::state(std::size_t id) const { return im
 bool HttpClient::reconfigure(HttpOptions options) {
   if (!impl_->transfers.empty() || options.multiplex != impl_->options.multiplex) return false;
   impl_->options = std::move(options);
+  impl_->throttle.configure(impl_->options.max_rate);
   impl_->keep_connections();
   return true;
 }
 
 std::size_t HttpClient::active() const noexcept { return impl_->active; }
+
+bool HttpClient::throttled() const noexcept { return !impl_->throttle.paused.empty(); }
 
 const HttpStats& HttpClient::stats() const noexcept { return impl_->stats; }
 const SeenProtocols& HttpClient::seen_protocols() const noexcept { return impl_->seen; }

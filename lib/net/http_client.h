@@ -70,6 +70,17 @@ struct HttpOptions {
   /// still to come) fails and is retried, resuming; after the retries the error names the URL,
   /// the range and the rate seen. 0: only a window without any byte fails.
   std::uint64_t min_rate = 1024;
+  /// Cap on the body bytes per second of all this client's transfers together (0: none): one
+  /// token bucket shared by every transfer in flight, holding at most a tenth of a second of
+  /// bytes (at least 64 KiB). A transfer that finds it empty is paused (its write callback
+  /// returns CURL_WRITEFUNC_PAUSE: libcurl stops reading its socket, and TCP flow control slows
+  /// the sender), and the paused transfers are resumed oldest first as the bucket refills, so
+  /// they share the cap evenly (streaming reads are then at most a sixteenth of a second of the
+  /// cap, at least 16 KiB: short turns). Time a transfer spends paused by the cap counts neither as a
+  /// stall nor against `min_rate` (libcurl's own low-speed check is off then: `stall_timeout_ms`
+  /// is enforced here). The bucket lives as long as the client, across runs and `reconfigure`s
+  /// that keep the rate: consecutive fetches on one client stay under the cap together.
+  std::uint64_t max_rate = 0;
   int max_retries = 5;                 ///< retries after the first attempt
   long backoff_base_ms = 250;          ///< first backoff; doubles per retry, jittered
   long backoff_max_ms = 20'000;        ///< cap of one backoff
@@ -252,6 +263,10 @@ class HttpClient {
 
   /// Requests of the current run with an attempt in flight.
   [[nodiscard]] std::size_t active() const noexcept;
+
+  /// True while some transfer is paused by `HttpOptions::max_rate`: the cap, not the network,
+  /// is what limits the transfers now (their rates say nothing about the links).
+  [[nodiscard]] bool throttled() const noexcept;
 
   /// Counters since construction.
   [[nodiscard]] const HttpStats& stats() const noexcept;

@@ -363,6 +363,18 @@ TEST_CASE("C API: tf_open errors: missing paths NotFound, invalid files their fo
   options.warm_connections = 1;
   Checkpoint local = open_ok((reference() / "dtypes" / "model.safetensors").string(), &options);
   CHECK(tf_is_remote(local.get()) == 0);
+  // max_rate (added after notice_user): 0 is no cap; below 1 KiB/s is refused before
+  // anything is opened, naming the field; a caller whose struct ends before it is not read.
+  tf_open_options_init(&options);
+  CHECK(options.max_rate == 0);
+  options.max_rate = 1023;
+  expect_open_error(missing.c_str(), &options, TF_ERR_INVALID_ARGUMENT, "max_rate");
+  options.size = offsetof(tf_open_options, max_rate);
+  expect_open_error(missing.c_str(), &options, TF_ERR_NOT_FOUND, missing);
+  tf_open_options_init(&options);
+  options.max_rate = 1024;
+  Checkpoint capped = open_ok((reference() / "dtypes" / "model.safetensors").string(), &options);
+  CHECK(tf_is_remote(capped.get()) == 0);
 }
 
 TEST_CASE("C API: a tf_cancel_token on its own, NULL-safe; tf_open with a cancelled token is Cancelled (exit 1) until reset",

@@ -61,6 +61,15 @@ const std::vector<BadOption> kBad = {
     {"get", "--coalesce-overfetch", "1%"},
     {"download", "--coalesce-overfetch", "lots"},
     {"download", "--chunk-size", "-8MiB"},
+    // --max-rate (get, download): 0 or at least 1 KiB/s, at most 1 TiB/s
+    {"get", "--max-rate", "-1"},
+    {"get", "--max-rate", "1023"},
+    {"get", "--max-rate", "1k"},  // k is 1000
+    {"get", "--max-rate", "1.5M"},
+    {"get", "--max-rate", "2TiB"},
+    {"get", "--max-rate", "99999999999999999999"},
+    {"download", "--max-rate", "40 Mbit"},
+    {"download", "--max-rate", "-40M"},
     // cache prune
     {"prune", "--max-size", "-1"},
     {"prune", "--max-size", "-1GB"},
@@ -112,6 +121,11 @@ TEST_CASE("numeric options: meaningful values are accepted, with units", "[cli][
       {"get", file.string(), "-o", (tmp / "c.safetensors").string(), "--coalesce-overfetch", "1000"},
       {"get", file.string(), "-o", (tmp / "b.safetensors").string(), "--coalesce-gap", " 16 MiB ", "--chunk-size",
        "4096"},
+      {"get", file.string(), "-o", (tmp / "d.safetensors").string(), "--max-rate", "40M"},
+      {"get", file.string(), "-o", (tmp / "e.safetensors").string(), "--max-rate", "0"},
+      {"get", file.string(), "-o", (tmp / "f.safetensors").string(), "--max-rate", "1KiB"},
+      {"get", file.string(), "--plan", "--max-rate", "1G"},
+      {"download", file.string(), "-o", (tmp / "dl").string(), "--max-rate", "1024"},
       {"cache", "prune", "--cache-dir", (tmp / "cache").string(), "--max-size", "0"},
       {"cache", "prune", "--cache-dir", (tmp / "cache").string(), "--max-size", "20GB"},
   };

@@ -9,10 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 #include "cli_util.hpp"
 #include "hub_server.hpp"
@@ -434,4 +437,196 @@ TEST_CASE("cli remote: get of empty tensors (and of a file of only empty tensors
     CHECK(st.tensors.at("z").dtype == "F64");
     CHECK(st.file_size == fs::file_size(o));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// get --plan (issue 20, item 4) and --max-rate (item 3)
+
+namespace {
+
+// org/plan/model.safetensors: F32 tensors a [65536] (256 KiB), b and c [131072] (512 KiB each),
+// random-looking bytes; the open's first read (256 KiB) holds the header and most of a, so a
+// plan has work left for every tensor but a.
+struct PlanRepo : Remote {
+  std::string plan_file;
+  PlanRepo() {
+    const std::string header = R"({"a":{"dtype":"F32","shape":[65536],"data_offsets":[0,262144]},)"
+                               R"("b":{"dtype":"F32","shape":[131072],"data_offsets":[262144,786432]},)"
+                               R"("c":{"dtype":"F32","shape":[131072],"data_offsets":[786432,1310720]}})";
+    plan_file = make_safetensors(header, tftest::pattern_bytes(1310720, 5));
+    write_file(root / "org" / "plan" / "model.safetensors", plan_file);
+    write_file(root / "org" / "plan" / "config.json", R"({"model_type":"llama"})");
+  }
+};
+
+struct PlannedRange {
+  std::uint64_t offset = 0, length = 0;
+  bool operator<(const PlannedRange& o) const { return std::tie(offset, length) < std::tie(o.offset, o.length); }
+  bool operator==(const PlannedRange& o) const = default;
+};
+
+// The Range headers of the CDN requests of tensor data in `log` (not an open's window, which
+// starts at byte 0), as ranges, sorted.
+std::vector<PlannedRange> data_ranges(const std::vector<RequestRecord>& log) {
+  std::vector<PlannedRange> out;
+  for (const auto& rec : log) {
+    if (rec.kind != "cdn" || rec.range.starts_with("bytes=0-")) continue;
+    const auto dash = rec.range.find('-');
+    REQUIRE(rec.range.starts_with("bytes="));
+    REQUIRE(dash != std::string::npos);
+    const std::uint64_t first = std::stoull(rec.range.substr(6, dash - 6));
+    const std::uint64_t last = std::stoull(rec.range.substr(dash + 1));
+    out.push_back({first, last - first + 1});
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A download manager: fetches each planned transfer as the plan says (GET url, Range, If-Match,
+// no token unless send_token) with cpp-httplib, expecting exactly a 206 of that range. Returns
+// the bodies in plan order.
+std::vector<std::string> replay(const json& plan) {
+  std::vector<std::string> bodies;
+  for (const auto& t : plan.at("transfers")) {
+    const std::string url = t.at("url");
+    INFO("replaying " << t.dump());
+    REQUIRE(url.starts_with("http://"));
+    const auto slash = url.find('/', 7);
+    REQUIRE(slash != std::string::npos);
+    httplib::Client client(url.substr(0, slash));
+    httplib::Headers headers = {{"Range", t.at("range").get<std::string>()}};
+    if (!t.at("if_match").is_null()) headers.emplace("If-Match", t.at("if_match").get<std::string>());
+    CHECK_FALSE(t.at("send_token").get<bool>());  // the CDN is another host than the endpoint
+    auto res = client.Get(url.substr(slash), headers);
+    REQUIRE(res);
+    REQUIRE(res->status == 206);
+    const std::uint64_t offset = t.at("offset"), length = t.at("length");
+    CHECK(res->get_header_value("Content-Range").starts_with("bytes " + std::to_string(offset) + "-" +
+                                                             std::to_string(offset + length - 1) + "/"));
+    REQUIRE(res->body.size() == length);
+    bodies.push_back(res->body);
+  }
+  return bodies;
+}
+
+}  // namespace
+
+TEST_CASE("cli remote: get --plan prints the transfers a get then makes, fetching nothing; a download manager "
+          "replaying them gets the file's bytes",
+          "[cli][remote][plan]") {
+  PlanRepo r;
+  TempDir out;
+  std::vector<std::string> selection;
+  SECTION("names, chunked, no coalescing") {
+    selection = {"a", "c", "--coalesce-gap", "0", "--chunk-size", "128KiB"};
+  }
+  SECTION("a glob") { selection = {"[bc]*"}; }
+  SECTION("slices") { selection = {"c[1024:2048]", "--slice", "b[0:16]"}; }
+  SECTION("--tp 1/2 with rules") {
+    write_file(out / "rules.json", R"({"*": {"dim": 0}})");
+    selection = {"--tp", "1/2", "--tp-rules", (out / "rules.json").string()};
+  }
+  const std::string location = "hf://org/plan";
+  const std::vector<std::string> common = {"--endpoint", r.endpoint(), "--retries", "0"};
+  auto with = [&](std::vector<std::string> head, const std::vector<std::string>& tail) {
+    head.insert(head.end(), selection.begin(), selection.end());
+    head.insert(head.end(), common.begin(), common.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+
+  // What the open alone asks: an inspect of the same location, into another cache.
+  TempDir other_cache;
+  auto inspected = run({"inspect", location, "--endpoint", r.endpoint(), "--cache-dir", other_cache.path().string()});
+  REQUIRE(inspected.exit_code == 0);
+  const std::size_t open_requests = r.server->take_log().size();
+
+  const auto plan_args = with({"get", location}, {"--plan"});
+  auto planned = run(plan_args);
+  const auto plan_log = r.server->take_log();
+  INFO(describe(plan_args) << "\nstdout: " << planned.out << "\nstderr: " << planned.err << "\nserver log:\n"
+                           << log_text(plan_log));
+  REQUIRE(planned.exit_code == 0);
+  CHECK(planned.err.empty());
+  // Nothing requested beyond the open's own requests: no tensor byte, no warm-up.
+  CHECK(plan_log.size() == open_requests);
+  CHECK(data_ranges(plan_log).empty());
+
+  const json plan = json::parse(planned.out);
+  CHECK(plan.at("location") == location);
+  REQUIRE_FALSE(plan.at("transfers").empty());
+  const std::string sha = r.server->file_sha256("org/plan", "model.safetensors");
+  std::vector<PlannedRange> ranges;
+  std::uint64_t bytes = 0;
+  for (const auto& t : plan.at("transfers")) {
+    INFO(t.dump());
+    CHECK(t.at("file") == "model.safetensors");
+    CHECK(t.at("file_index") == 0);
+    CHECK_THAT(t.at("url").get<std::string>(), Catch::StartsWith(r.server->cdn_endpoint() + "/cdn/" + sha));
+    const std::uint64_t offset = t.at("offset"), length = t.at("length");
+    CHECK(length > 0);
+    CHECK(offset + length <= r.plan_file.size());
+    CHECK(t.at("range") == "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1));
+    CHECK(t.at("if_match") == "\"" + sha + "\"");
+    CHECK(t.at("send_token") == false);
+    ranges.push_back({offset, length});
+    bytes += length;
+  }
+  CHECK(plan.at("bytes") == bytes);
+  std::sort(ranges.begin(), ranges.end());
+
+  // A download manager running the plan itself gets exactly the file's bytes there.
+  const auto bodies = replay(plan);
+  std::string replayed, expected;
+  for (std::size_t i = 0; i < bodies.size(); ++i) {
+    replayed += bodies[i];
+    expected += r.plan_file.substr(plan.at("transfers")[i].at("offset"), plan.at("transfers")[i].at("length"));
+  }
+  CHECK(sha256_hex(replayed) == sha256_hex(expected));
+  r.server->clear_log();
+
+  // The get that follows (same cache: the plan fetched nothing into it) asks for exactly the
+  // planned ranges.
+  const auto get_args = with({"get", location}, {"-o", (out / "out.safetensors").string(), "-q"});
+  auto got = run(get_args);
+  const auto get_log = r.server->take_log();
+  INFO(describe(get_args) << "\nstderr: " << got.err << "\nserver log:\n" << log_text(get_log));
+  REQUIRE(got.exit_code == 0);
+  CHECK(data_ranges(get_log) == ranges);
+}
+
+TEST_CASE("cli remote: get --plan of a local checkpoint or of bytes already cached prints no transfers",
+          "[cli][remote][plan]") {
+  PlanRepo r;
+  TempDir out;
+  const std::string file = (r.root / "org" / "plan" / "model.safetensors").string();
+  auto local = run({"get", file, "--plan"});
+  INFO("stderr: " << local.err);
+  REQUIRE(local.exit_code == 0);
+  CHECK(json::parse(local.out) == json{{"location", file}, {"transfers", json::array()}, {"bytes", 0}});
+
+  const std::vector<std::string> get = {"get", "hf://org/plan", "b", "--endpoint", r.endpoint(), "-q",
+                                        "-o", (out / "b.safetensors").string()};
+  REQUIRE(run(get).exit_code == 0);
+  auto again = run({"get", "hf://org/plan", "b", "--endpoint", r.endpoint(), "--plan"});
+  INFO("stderr: " << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(json::parse(again.out).at("transfers").empty());
+}
+
+TEST_CASE("cli remote: get --max-rate caps the fetch (1 MiB at 1M = 1,000,000 bytes/s: about a second)",
+          "[cli][remote][max_rate]") {
+  PlanRepo r;
+  TempDir out;
+  const std::vector<std::string> args = {"get", "hf://org/plan", "b", "c", "--endpoint", r.endpoint(), "-q",
+                                         "--max-rate", "1M", "-o", (out / "bc.safetensors").string()};
+  const auto start = std::chrono::steady_clock::now();
+  auto res = run(args);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(describe(args) << "\nstderr: " << res.err << "\ntook " << seconds << " s");
+  REQUIRE(res.exit_code == 0);
+  // 1 MiB less the bucket's first tenth of a second, at 1,000,000 bytes/s: at least 0.9 s.
+  CHECK(seconds >= 0.85);
+  const auto written = read_file(out / "bc.safetensors");
+  CHECK(written.find(r.plan_file.substr(r.plan_file.size() - 1048576)) != std::string::npos);
 }

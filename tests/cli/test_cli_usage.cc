@@ -31,7 +31,16 @@ TEST_CASE("usage errors exit 1 with a message and write nothing", "[cli][usage]"
       {"unknown subcommand", {"frobnicate", "@IN"}, ""},  // CLI11 says "A subcommand is required"
       {"unknown option", {"inspect", "@IN", "--bogus"}, "--bogus"},
       {"inspect without a location", {"inspect"}, ""},
-      {"get without -o", {"get", "@IN", "wq"}, ""},
+      {"get without -o", {"get", "@IN", "wq"}, "--plan"},  // says -o is needed unless --plan
+      {"get --plan with -o (a plan writes no file)", {"get", "@IN", "--plan", "-o", "@OUT"}, "--plan"},
+      {"get --plan with --mpi", {"get", "@IN", "--plan", "--mpi"}, "--plan"},
+      {"get --plan with --hf-cache", {"get", "@IN", "--plan", "--hf-cache"}, "--plan"},
+      {"--max-rate below 1 KiB/s", {"get", "@IN", "--max-rate", "1000", "-o", "@OUT"}, "--max-rate"},
+      {"--max-rate 1k (decimal: 1000 bytes/s)", {"download", "@IN", "--max-rate", "1k", "-o", "@OUT"}, "1000"},
+      {"--max-rate negative", {"get", "@IN", "--max-rate", "-1", "-o", "@OUT"}, "--max-rate"},
+      {"--max-rate not a size", {"get", "@IN", "--max-rate", "fast", "-o", "@OUT"}, "--max-rate"},
+      {"--max-rate too large", {"get", "@IN", "--max-rate", "2T", "-o", "@OUT"}, "--max-rate"},
+      {"--max-rate on inspect (it fetches no data)", {"inspect", "@IN", "--max-rate", "40M"}, "--max-rate"},
       {"get without a location", {"get", "-o", "@OUT"}, ""},
       {"unknown tensor name", {"get", "@IN", "no.such.tensor", "-o", "@OUT"}, "no.such.tensor"},
       {"one unknown name among known ones", {"get", "@IN", "wq", "missing_one", "-o", "@OUT"}, "missing_one"},

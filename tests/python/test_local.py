@@ -230,6 +230,23 @@ def test_options_are_checked_like_the_cli(reference):
         tensorfetch.safe_open(path, framework="tf")
 
 
+def test_max_rate_is_checked_like_the_cli(reference):
+    """max_rate: 0 or None is no cap; below 1024 bytes/s (or negative, or beyond 1 TiB/s) is a
+    ValueError naming it, before anything is opened; not an integer is a TypeError."""
+    path = reference / "dtypes/model.safetensors"
+    for bad in (1, 1000, 1023):
+        with pytest.raises(ValueError, match=f"max_rate must be 0 \\(no cap\\) or at least 1024 bytes/s, not {bad}"):
+            tensorfetch.safe_open(path, max_rate=bad)
+    for bad in (-1, (1 << 40) + 1):
+        with pytest.raises(ValueError, match="max_rate must be between 0 and"):
+            tensorfetch.safe_open(path, max_rate=bad)
+    with pytest.raises(TypeError, match="max_rate must be an integer"):
+        tensorfetch.safe_open(path, max_rate="40M")
+    for good in (0, None, 1024, 40_000_000):
+        with tensorfetch.safe_open(path, max_rate=good) as f:
+            assert f.keys()
+
+
 def test_inspect_is_the_cli_json_object(reference):
     got = tensorfetch.inspect(reference / "llama-tiny-sharded")
     assert got["sharded"] is True and len(got["files"]) == 3

@@ -105,6 +105,44 @@ def test_plan_lists_the_transfers_without_making_them(hub, remote):
     assert len(tensorfetch.plan("hf://org/sharded", None, **remote)) >= 3
 
 
+def test_cli_get_plan_prints_the_same_transfers_as_plan(hub, remote):
+    """`tensorfetch get --plan` and `tensorfetch.plan()` give the same transfers (the CLI adds
+    file_index and the Range header's text)."""
+    from conftest import CLI
+    import json
+    import subprocess
+    if not CLI.is_file():
+        pytest.skip(f"no CLI at {CLI}")
+    names = ["lm_head.weight", "model.layers.1.*"]
+    plan = tensorfetch.plan("hf://org/sharded", names, **remote)
+    hub.clear()
+    out = subprocess.run([str(CLI), "get", "hf://org/sharded", *names, "--plan", "--endpoint", remote["endpoint"],
+                          "--cache-dir", remote["cache_dir"], "--window", str(remote["window"])],
+                         check=True, capture_output=True, text=True).stdout
+    assert [r for r in hub.log() if r["kind"] == "cdn" and not r["range"].startswith("bytes=0-")] == []
+    cli = json.loads(out)
+    assert cli["location"] == "hf://org/sharded" and cli["bytes"] == sum(p["length"] for p in plan)
+    assert len(cli["transfers"]) == len(plan) >= 2
+    for c, p in zip(cli["transfers"], plan):
+        # Each open was redirected to a freshly signed CDN URL: the same blob, another signature.
+        assert c["url"].split("?")[0] == p["url"].split("?")[0]
+        assert {k: c[k] for k in p if k != "url"} == {k: v for k, v in p.items() if k != "url"}
+        assert c["range"] == f"bytes={p['offset']}-{p['offset'] + p['length'] - 1}"
+
+
+def test_max_rate_caps_a_prefetch(hub, remote):
+    """max_rate: about 1 MB of the dtypes file at 1 MiB/s takes most of a second, however many
+    connections share it."""
+    with tensorfetch.safe_open("hf://org/dtypes", framework="np", max_rate=1 << 20, connections=8,
+                               chunk_size=65536, **remote) as f:
+        start = time.monotonic()
+        stats = f.prefetch(None, progress=False)
+        seconds = time.monotonic() - start
+    assert stats["bytes_transferred"] > 900_000
+    expected = (stats["bytes_transferred"] - 0.1 * (1 << 20)) / (1 << 20)  # less the bucket's first tenth
+    assert seconds >= 0.8 * expected, (seconds, stats)
+
+
 def test_load_returns_a_state_dict_of_the_selected_tensors(hub, remote, reference):
     torch = pytest.importorskip("torch")
     sd = tensorfetch.load("hf://org/sharded", ["model.norm.weight", "model.layers.1.*"], progress=False, **remote)

@@ -36,6 +36,7 @@ struct GetOptions {
   std::optional<std::string> tp_rules;    ///< --tp-rules FILE
   bool expert_parallel = false;           ///< --expert-parallel
   bool mpi = false;                       ///< --mpi: fetch once per cluster, under mpirun
+  bool plan = false;                      ///< --plan: print the transfers as JSON, fetch nothing
 };
 
 /// Options of `tensorfetch download`.
@@ -92,5 +93,8 @@ int report(const Error& error);
 
 /// Adds the options shared by commands that open a location (--endpoint, --cacert, ...).
 void add_open_options(CLI::App& command, OpenOptions& options);
+
+/// Adds --max-rate (`OpenOptions::max_rate`) to a command that fetches (get, download).
+void add_rate_option(CLI::App& command, OpenOptions& options);
 
 }  // namespace tensorfetch::cli

@@ -7,8 +7,11 @@
 #include <filesystem>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "get.h"
+#include "json_stream.h"
 #include "progress.h"
 #include "tp.h"
 
@@ -109,7 +112,60 @@ std::uint64_t selected_bytes(std::span<const Selection> selection) {
   return bytes;
 }
 
+namespace {
+
+// `get --plan`: the transfers `Checkpoint::plan` gives for the selection, as one JSON object on
+// stdout (README, "get --plan"), and nothing fetched or written. The open warms no connections:
+// the only requests are the open's own (and a plain URL's config.json for --tp).
+int run_get_plan(const GetOptions& options) {
+  std::optional<TpRank> tp;
+  if (options.tp) {
+    auto r = parse_tp_rank(*options.tp);
+    if (!r) return report(r.error());
+    tp = *r;
+  }
+  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
+  if (!rules) return report(rules.error());
+  OpenOptions open = options.open;
+  open.cancel = interrupt_token();
+  open.warm_connections = false;
+  auto ckpt = Checkpoint::open(options.location, open);
+  if (!ckpt) return report(ckpt.error());
+  WriteOptions unused;  // (--tp's metadata goes into an output; there is none)
+  auto selection = choose(*ckpt, options, tp, *rules, unused);
+  if (!selection) return report(selection.error());
+  FetchOptions fetch = options.fetch;
+  fetch.cancel = interrupt_token();
+  auto planned = ckpt->plan(*selection, fetch);
+  if (!planned) return report(planned.error());
+
+  using nlohmann::ordered_json;
+  JsonObjectStream out(stdout);
+  out.member("location", ckpt->location());
+  std::uint64_t bytes = 0;
+  out.begin_array("transfers");
+  for (const auto& t : *planned) {
+    bytes += t.range.length;
+    out.element(ordered_json{
+        {"file", ckpt->files()[t.file].path},
+        {"file_index", t.file},
+        {"url", t.url},
+        {"offset", t.range.offset},
+        {"length", t.range.length},
+        {"range", "bytes=" + std::to_string(t.range.offset) + "-" + std::to_string(t.range.end() - 1)},
+        {"if_match", t.if_match ? ordered_json(*t.if_match) : ordered_json(nullptr)},
+        {"send_token", t.send_token}});
+  }
+  out.end_array();
+  out.member("bytes", bytes);
+  if (!out.end()) return report(Error{ErrorCode::Io, "writing the plan to standard output failed"});
+  return 0;
+}
+
+}  // namespace
+
 int run_get(const GetOptions& options) {
+  if (options.plan) return run_get_plan(options);
   auto output = prepare_output(options.output);
   if (!output) return report(output.error());
   // --tp and its rules are checked before anything is opened.

@@ -83,6 +83,25 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
                             "new group-writable (also: TENSORFETCH_SHARED_CACHE=1)");
 }
 
+void add_rate_option(CLI::App& command, OpenOptions& options) {
+  command.add_option("--max-rate", options.max_rate,
+                     "Cap on the fetch's bandwidth in bytes per second, all connections together, e.g. 40M "
+                     "(k, M, G: powers of 1000; KiB, MiB, GiB: of 1024); at least 1KiB (default 0: no cap)")
+      ->transform(CLI::AsSizeValue(true))
+      ->transform(plain_number(true))
+      ->check(CLI::Validator(
+          [](const std::string& text) -> std::string {
+            const std::uint64_t value = std::stoull(text);
+            if (value != 0 && value < kMinMaxRate) {
+              return "must be 0 (no cap) or at least " + std::to_string(kMinMaxRate) +
+                     " bytes per second (1KiB), not " + text;
+            }
+            if (value > (std::uint64_t{1} << 40)) return text + " is too large (at most 1TiB per second)";
+            return {};
+          },
+          "", "RATE"));
+}
+
 void add_tp_options(CLI::App& command, CLI::Option* tp, std::optional<std::string>& rules, bool& expert_parallel) {
   command.add_option("--tp-rules", rules,
                      "Rules file for --tp, deciding before the built-in convention: a JSON object "
@@ -151,10 +170,14 @@ int main(int argc, char** argv) {
                       "Names or globs (fnmatch: * ? [...]), each optionally with a slice: "
                       "'NAME[0:128, :]'. None: every tensor");
   get_cmd->add_option("--slice", get.slices, "A slice of one tensor or glob: 'NAME[0:128, :, 3]'");
-  get_cmd->add_option("-o,--output", get.output,
-                      "Output file; a directory (existing, or ending in '/') gets one file per "
-                      "source shard plus an index")
-      ->required();
+  auto* get_output = get_cmd->add_option("-o,--output", get.output,
+                                         "Output file; a directory (existing, or ending in '/') gets one file per "
+                                         "source shard plus an index (required unless --plan)");
+  auto* get_plan = get_cmd->add_flag("--plan", get.plan,
+                                     "Fetch and write nothing: print the transfers a get would make as JSON on "
+                                     "stdout (file, URL, byte range, If-Match, whether the token is sent), for a "
+                                     "download manager to run; takes no -o");
+  get_output->excludes(get_plan);
   get_cmd->add_flag("-q,--quiet", get.quiet, "No progress bar or summary on stderr");
   auto* get_tp = get_cmd->add_option("--tp", get.tp,
                                      "R/N: only what rank R of N tensor-parallel ranks holds (Megatron/vLLM "
@@ -162,12 +185,15 @@ int main(int argc, char** argv) {
                                      "with --mpi: auto (or N, the number of ranks), each rank its own");
   add_tp_options(*get_cmd, get_tp, get.tp_rules, get.expert_parallel);
   add_open_options(*get_cmd, get.open);
+  add_rate_option(*get_cmd, get.open);
   add_fetch_options(*get_cmd, get.fetch);
   get_cmd->add_flag("--mpi", get.mpi,
                     "Run under mpirun: fetch each byte from the origin once for the whole job and pass it on "
-                    "over MPI to the ranks that want it; {rank} in -o and --cache-dir is replaced by the rank");
+                    "over MPI to the ranks that want it; {rank} in -o and --cache-dir is replaced by the rank")
+      ->excludes(get_plan);
   get_cmd->add_flag("--hf-cache", get.hf_cache,
-                    "Also publish files fetched whole into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub)");
+                    "Also publish files fetched whole into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub)")
+      ->excludes(get_plan);
 
   DownloadOptions download;
   auto* download_cmd = app.add_subcommand(
@@ -179,6 +205,7 @@ int main(int argc, char** argv) {
   download_cmd->add_option("-o,--output", download.output, "Directory to write into (created if needed)")->required();
   download_cmd->add_flag("-q,--quiet", download.quiet, "No progress bar or summary on stderr");
   add_open_options(*download_cmd, download.open);
+  add_rate_option(*download_cmd, download.open);
   add_fetch_options(*download_cmd, download.fetch);
   download_cmd->add_flag("--mpi", download.mpi,
                          "Run under mpirun: every rank downloads the checkpoint, each byte fetched from the origin "
@@ -213,6 +240,11 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    // -o is required unless --plan (which excludes it): checked after parsing, as CLI11's
+    // `required` cannot depend on another option.
+    if (*get_cmd && !get.plan && get_output->count() == 0) {
+      throw CLI::ValidationError("-o/--output", "required, unless --plan prints the transfers instead");
+    }
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

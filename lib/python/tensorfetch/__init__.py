@@ -15,11 +15,13 @@ and keep the open checkpoint alive; torch tensors are writable over a private co
 mapping (as safetensors' are: a write never reaches the file, the cache or another handle), which
 they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
-``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``cache_dir``,
-``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``, ``chunk_size``,
-``coalesce_gap``, ``coalesce_overfetch_percent``. ``warm_connections=True`` opens the data
-connections of an http(s) location while its headers are read, for a fetch right after (``load``
-and ``download`` set it unless told otherwise).
+``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``max_rate``,
+``cache_dir``, ``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``,
+``chunk_size``, ``coalesce_gap``, ``coalesce_overfetch_percent``. ``warm_connections=True`` opens
+the data connections of an http(s) location while its headers are read, for a fetch right after
+(``load`` and ``download`` set it unless told otherwise). ``max_rate`` caps every fetch of the
+checkpoint at that many bytes per second, all connections together (0 or None: no cap; else at
+least 1024, or ``ValueError``).
 """
 from __future__ import annotations
 
@@ -71,12 +73,15 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "retries": ("int", 0, 100),
     "stall_timeout": ("int", 1000, 3_600_000),
     "min_rate": ("int", 0, 1 << 40),
+    "max_rate": ("int", 0, 1 << 40),
     "cache_dir": ("path", 0, 0),
     "offline": ("bool", 0, 0),
     "shared_cache": ("bool", 0, 0),
     "hf_hub_cache": ("path", 0, 0),
     "warm_connections": ("bool", 0, 0),
 }
+# The smallest non-zero max_rate (bytes per second), as the library's kMinMaxRate.
+_MIN_MAX_RATE = 1024
 _FETCH_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "chunk_size": ("int", 4096, 1 << 34),
     "coalesce_gap": ("int", 0, 1 << 34),
@@ -105,6 +110,8 @@ def _options(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
             value = int(value)
             if not lo <= value <= hi:
                 raise ValueError(f"{name} must be between {lo} and {hi}, not {value}")
+            if name == "max_rate" and 0 < value < _MIN_MAX_RATE:
+                raise ValueError(f"max_rate must be 0 (no cap) or at least {_MIN_MAX_RATE} bytes/s, not {value}")
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be True or False, not {value!r}")

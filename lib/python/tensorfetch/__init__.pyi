@@ -79,6 +79,7 @@ class safe_open:
         retries: Optional[int] = ...,
         stall_timeout: Optional[int] = ...,
         min_rate: Optional[int] = ...,
+        max_rate: Optional[int] = ...,
         cache_dir: Optional[_Location] = ...,
         offline: Optional[bool] = ...,
         shared_cache: Optional[bool] = ...,

@@ -82,6 +82,7 @@ tf::OpenOptions open_options(const py::dict& d) {
   if (auto v = get("retries")) o.max_retries = v->cast<int>();
   if (auto v = get("stall_timeout")) o.stall_timeout_ms = v->cast<long>();
   if (auto v = get("min_rate")) o.min_rate = v->cast<std::uint64_t>();
+  if (auto v = get("max_rate")) o.max_rate = v->cast<std::uint64_t>();
   if (auto v = get("cache_dir")) o.cache_dir = v->cast<std::string>();
   if (auto v = get("offline")) o.offline = v->cast<bool>();
   if (auto v = get("shared_cache")) o.shared_cache = v->cast<bool>();
