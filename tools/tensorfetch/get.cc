@@ -114,40 +114,56 @@ std::uint64_t selected_bytes(std::span<const Selection> selection) {
 
 namespace {
 
+// A get's checkpoint and what it selects.
+struct Chosen {
+  Checkpoint ckpt;
+  std::vector<Selection> selection;
+};
+
+// --tp and its rules, checked before anything is opened; then the open (`warm`: its data
+// connections are opened meanwhile, for a fetch that follows) and the selection (--tp's
+// metadata into `write`).
+Result<Chosen> open_and_choose(const GetOptions& options, bool warm, WriteOptions& write) {
+  std::optional<TpRank> tp;
+  if (options.tp) {
+    auto r = parse_tp_rank(*options.tp);
+    if (!r) return fail(r.error());
+    tp = *r;
+  }
+  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
+  if (!rules) return fail(rules.error());
+  OpenOptions open = options.open;
+  open.cancel = interrupt_token();
+  open.warm_connections = warm;
+  auto ckpt = Checkpoint::open(options.location, open);
+  if (!ckpt) return fail(ckpt.error());
+  auto selection = choose(*ckpt, options, tp, *rules, write);
+  if (!selection) return fail(selection.error());
+  return Chosen{std::move(*ckpt), std::move(*selection)};
+}
+
 // `get --plan`: the transfers `Checkpoint::plan` gives for the selection, as one JSON object on
 // stdout (README, "get --plan"), and nothing fetched or written. The open warms no connections:
 // the only requests are the open's own (and a plain URL's config.json for --tp).
 int run_get_plan(const GetOptions& options) {
-  std::optional<TpRank> tp;
-  if (options.tp) {
-    auto r = parse_tp_rank(*options.tp);
-    if (!r) return report(r.error());
-    tp = *r;
-  }
-  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
-  if (!rules) return report(rules.error());
-  OpenOptions open = options.open;
-  open.cancel = interrupt_token();
-  open.warm_connections = false;
-  auto ckpt = Checkpoint::open(options.location, open);
-  if (!ckpt) return report(ckpt.error());
   WriteOptions unused;  // (--tp's metadata goes into an output; there is none)
-  auto selection = choose(*ckpt, options, tp, *rules, unused);
-  if (!selection) return report(selection.error());
+  auto chosen = open_and_choose(options, /*warm=*/false, unused);
+  if (!chosen) return report(chosen.error());
+  Checkpoint& ckpt = chosen->ckpt;
   FetchOptions fetch = options.fetch;
   fetch.cancel = interrupt_token();
-  auto planned = ckpt->plan(*selection, fetch);
+  auto planned = ckpt.plan(chosen->selection, fetch);
   if (!planned) return report(planned.error());
 
   using nlohmann::ordered_json;
   JsonObjectStream out(stdout);
-  out.member("location", ckpt->location());
+  out.member("location", ckpt.location());
   std::uint64_t bytes = 0;
   out.begin_array("transfers");
   for (const auto& t : *planned) {
     bytes += t.range.length;
     out.element(ordered_json{
-        {"file", ckpt->files()[t.file].path},
+        {"file", ckpt.files()[t.file].path},
         {"file_index", t.file},
         {"url", t.url},
         {"offset", t.range.offset},
@@ -168,42 +184,31 @@ int run_get(const GetOptions& options) {
   if (options.plan) return run_get_plan(options);
   auto output = prepare_output(options.output);
   if (!output) return report(output.error());
-  // --tp and its rules are checked before anything is opened.
-  std::optional<TpRank> tp;
-  if (options.tp) {
-    auto r = parse_tp_rank(*options.tp);
-    if (!r) return report(r.error());
-    tp = *r;
-  }
-  auto rules = load_tp_rules(options.tp_rules, options.expert_parallel);
-  if (!rules) return report(rules.error());
-  OpenOptions open = options.open;
-  open.cancel = interrupt_token();
-  open.warm_connections = true;  // the fetch follows: its connections are opened meanwhile
-  auto ckpt = Checkpoint::open(options.location, open);
-  if (!ckpt) return report(ckpt.error());
-  auto selection = choose(*ckpt, options, tp, *rules, output->write);
-  if (!selection) return report(selection.error());
+  // The fetch follows: its connections are opened while the headers are read.
+  auto chosen = open_and_choose(options, /*warm=*/true, output->write);
+  if (!chosen) return report(chosen.error());
+  Checkpoint& ckpt = chosen->ckpt;
+  const std::vector<Selection>& selection = chosen->selection;
 
   // The fetch and the write run at once: each tensor is written as soon as its bytes arrived.
   FetchOptions fetch = options.fetch;
   fetch.progress = progress_callback(options.quiet);
   fetch.cancel = interrupt_token();
-  auto written = output->to_stdout ? ckpt->fetch_and_write_stream(*selection, STDOUT_FILENO, fetch, output->write)
-                                   : ckpt->fetch_and_write(*selection, output->path, fetch, output->write);
+  auto written = output->to_stdout ? ckpt.fetch_and_write_stream(selection, STDOUT_FILENO, fetch, output->write)
+                                   : ckpt.fetch_and_write(selection, output->path, fetch, output->write);
   finish_progress();
   if (!written) return report(written.error());
   const FetchStats fetched = *written;
-  if (ckpt->remote() && options.hf_cache) {
-    auto n = ckpt->publish_to_hf_cache();
+  if (ckpt.remote() && options.hf_cache) {
+    auto n = ckpt.publish_to_hf_cache();
     if (!n) return report(n.error());
   }
 
   if (!options.quiet) {
-    std::cerr << "tensorfetch: wrote " << selection->size()
-              << (selection->size() == 1 ? " tensor" : " tensors") << " (" << selected_bytes(*selection)
+    std::cerr << "tensorfetch: wrote " << selection.size()
+              << (selection.size() == 1 ? " tensor" : " tensors") << " (" << selected_bytes(selection)
               << " bytes of tensor data) to " << options.output;
-    if (ckpt->remote()) {
+    if (ckpt.remote()) {
       std::cerr << "; fetched " << human_bytes(static_cast<double>(fetched.bytes_transferred)) << " in "
                 << fetched.requests << " requests, " << human_bytes(static_cast<double>(fetched.bytes_cached))
                 << " from the cache";
