@@ -30,6 +30,13 @@ std::string describe(const std::vector<std::string>& args) {
   return s;
 }
 
+json cache_ls() {
+  auto r = run({"cache", "ls", "--json"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.out);
+}
+
 RunResult run(const std::vector<std::string>& args, const std::optional<fs::path>& cwd) {
   const std::string bin = tensorfetch_bin();
   std::vector<std::string> storage;

@@ -44,6 +44,10 @@ RunResult run(const std::vector<std::string>& args, const std::optional<fs::path
 /// "tensorfetch a b c" for failure messages.
 std::string describe(const std::vector<std::string>& args);
 
+/// `tensorfetch cache ls --json` in this process's environment (the cache its
+/// TENSORFETCH_CACHE names), parsed; REQUIREs exit 0.
+json cache_ls();
+
 /// The reference checkpoints directory, or nullopt (with a WARN) when it is missing.
 std::optional<fs::path> reference_dir();
 

@@ -51,12 +51,6 @@ struct Served {
     return args;
   }
 
-  json cache_ls() const {
-    auto r = run({"cache", "ls", "--json"});
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
-  }
 
   std::size_t cdn_requests(const std::string& file) const {
     std::size_t n = 0;
@@ -82,7 +76,7 @@ TEST_CASE("cli get/download from a Hub repo into the cache; cache ls, verify, rm
   CHECK(read_file(s.work / "part.safetensors") == read_file(s.work / "local.safetensors"));
   CHECK_THAT(got.err, Catch::Contains("fetched"));
 
-  json ls = s.cache_ls();
+  json ls = cache_ls();
   // Blobs only for the shards holding selected tensors (model.layers.0.* lies in the first).
   REQUIRE(ls.size() == 1);
   std::uint64_t present = 0, size = 0;
@@ -130,7 +124,7 @@ TEST_CASE("cli get/download from a Hub repo into the cache; cache ls, verify, rm
     other_headers += 8 + n;
   }
   CHECK(moved == size - present - other_headers);
-  ls = s.cache_ls();
+  ls = cache_ls();
   REQUIRE(ls.size() == 3);
   for (const auto& b : ls) {
     CHECK(b["complete"].get<bool>());
@@ -157,7 +151,7 @@ TEST_CASE("cli get/download from a Hub repo into the cache; cache ls, verify, rm
   INFO(bad.err);
   CHECK(bad.exit_code == 4);
   CHECK_THAT(bad.err, Catch::Contains("sha256") && Catch::Contains(victim));
-  for (const auto& b : s.cache_ls()) {
+  for (const auto& b : cache_ls()) {
     if (b["id"] == victim) {
       CHECK(b["present"] == 0);
       CHECK_FALSE(b["complete"].get<bool>());
@@ -177,7 +171,7 @@ TEST_CASE("cli get/download from a Hub repo into the cache; cache ls, verify, rm
   INFO(prune.out << prune.err);
   CHECK(prune.exit_code == 0);
   CHECK_THAT(prune.out, Catch::Contains("removed 2 blobs"));
-  CHECK(s.cache_ls().empty());
+  CHECK(cache_ls().empty());
   auto prune_bad = run({"cache", "prune", "--max-size", "lots"});
   CHECK(prune_bad.exit_code == 1);
 }

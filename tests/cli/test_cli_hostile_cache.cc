@@ -103,12 +103,6 @@ struct TwoServers {
     return read_file(out);
   }
 
-  json cache_ls() const {
-    auto r = run({"cache", "ls", "--json"});
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
-  }
 };
 
 // Body bytes of CDN requests for `file` that start past its header (tensor data).
@@ -238,7 +232,7 @@ TEST_CASE("cli: server B claims the sha256 of A's file (lying X-Linked-Etag): af
   CHECK(read_file(s.work / "a.safetensors") == local);
   CHECK(data_bytes(s.a->log(), kShard1, header) > 0);  // from A, not from the cache B filled
   // One blob per origin for that sha256, neither complete.
-  const json ls = s.cache_ls();
+  const json ls = cache_ls();
   std::set<std::string> origins;
   for (const auto& blob : ls) {
     CHECK(blob["sha256"] == s.sha_a(kShard1));
@@ -262,7 +256,7 @@ TEST_CASE("cli: a whole download through the lying server ends exit 4 and nothin
   INFO(dl.err);
   CHECK(dl.exit_code == 4);
   CHECK_THAT(dl.err, Catch::Contains("sha256") && Catch::Contains(s.sha_a(kShard1)) && Catch::Contains("discarded"));
-  for (const auto& blob : s.cache_ls()) {
+  for (const auto& blob : cache_ls()) {
     if (blob["sha256"] == s.sha_a(kShard1)) CHECK(blob["present"] == 0);
   }
   const auto via_a = s.get(*s.a, s.work / "a.safetensors");
@@ -295,7 +289,7 @@ TEST_CASE("cli: a plain URL whose ETag is 64 hex digits but not the content's sh
   for (const auto& e : fs::directory_iterator(s.work / "dl")) files.push_back(e.path());
   REQUIRE(files.size() == 1);
   CHECK(read_file(files[0]) == read_file(s.root_b.path() / "org" / "llama" / kShard1));
-  const json ls = s.cache_ls();
+  const json ls = cache_ls();
   REQUIRE(ls.size() == 1);
   CHECK(ls[0]["id"].get<std::string>().starts_with("u"));
   CHECK(ls[0]["sha256"].is_null());
@@ -320,7 +314,7 @@ TEST_CASE("cli: after an honest full download through A, another origin claiming
   INFO(dl.err);
   REQUIRE(dl.exit_code == 0);
   bool verified = false;
-  for (const auto& blob : s.cache_ls()) verified = verified || blob["id"] == s.sha_a(kShard1);
+  for (const auto& blob : cache_ls()) verified = verified || blob["id"] == s.sha_a(kShard1);
   CHECK(verified);
 
   s.b->set_linked_etag(s.sha_a(kShard1), kShard1);

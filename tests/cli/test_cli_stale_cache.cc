@@ -95,12 +95,6 @@ struct Served {
     return read_file(out);
   }
 
-  json cache_ls() const {
-    auto r = run({"cache", "ls", "--json"});
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    return json::parse(r.out);
-  }
 };
 
 std::size_t count_retired(const json& ls) {
@@ -129,7 +123,7 @@ TEST_CASE("cli: a plain URL rewritten with the same size and ETag: the next get 
   REQUIRE(first.exit_code == 0);
   CHECK(read_file(s.work / "1.safetensors") == old_out);
   CHECK(first.err.find("warning") == std::string::npos);
-  auto ls = s.cache_ls();
+  auto ls = cache_ls();
   REQUIRE(ls.size() == 1);
   const std::string old_id = ls[0]["id"].get<std::string>();
   CHECK(old_id.starts_with("u"));
@@ -158,7 +152,7 @@ TEST_CASE("cli: a plain URL rewritten with the same size and ETag: the next get 
     CHECK(r.status == 206);
     CHECK(r.etag == etag);
   }
-  ls = s.cache_ls();
+  ls = cache_ls();
   REQUIRE(ls.size() == 2);
   CHECK(count_retired(ls) == 1);
   for (const auto& b : ls) {
@@ -191,7 +185,7 @@ TEST_CASE("cli: a plain URL rewritten with the same size and ETag: the next get 
   INFO(pruned.err);
   REQUIRE(pruned.exit_code == 0);
   CHECK(pruned.out.find("removed 1 blob") != std::string::npos);
-  ls = s.cache_ls();
+  ls = cache_ls();
   REQUIRE(ls.size() == 1);
   CHECK(ls[0]["id"] == old_id);
   CHECK(count_retired(ls) == 0);
@@ -215,7 +209,7 @@ TEST_CASE("cli: a rewrite that keeps the header but changes tensor bytes the ope
   REQUIRE(second.exit_code == 0);
   CHECK(second.err.find("tensorfetch: warning: " + s.name + ": the cache held other bytes") != std::string::npos);
   CHECK(read_file(s.work / "2.safetensors") == new_out);
-  CHECK(count_retired(s.cache_ls()) == 1);
+  CHECK(count_retired(cache_ls()) == 1);
 }
 
 TEST_CASE("cli: inspect alone retires stale bytes; an offline get serves nothing stale and never puts a recorded "
@@ -240,7 +234,7 @@ TEST_CASE("cli: inspect alone retires stale bytes; an offline get serves nothing
   INFO(inspected.err);
   REQUIRE(inspected.exit_code == 0);
   CHECK(inspected.err.find("tensorfetch: warning: " + s.name + ": the cache held other bytes") != std::string::npos);
-  auto ls = s.cache_ls();
+  auto ls = cache_ls();
   REQUIRE(ls.size() == 1);
   REQUIRE(ls[0]["retired"].get<bool>());
   const std::string retired_id = ls[0]["id"].get<std::string>();
@@ -271,7 +265,7 @@ TEST_CASE("cli: inspect alone retires stale bytes; an offline get serves nothing
   auto removed = run({"cache", "rm", retired_id});
   INFO(removed.err);
   CHECK(removed.exit_code == 0);
-  ls = s.cache_ls();
+  ls = cache_ls();
   REQUIRE(ls.size() == 1);
   CHECK(ls[0]["id"] != retired_id);
   CHECK_FALSE(ls[0]["retired"].get<bool>());
