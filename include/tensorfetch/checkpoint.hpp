@@ -67,6 +67,10 @@ struct StaleCache {
 /// Told about stale cached bytes (see `StaleCache`), on the thread that runs the open.
 using StaleCacheCallback = std::function<void(const StaleCache&)>;
 
+/// Data connections an adaptive fetch starts with when nothing is remembered of the host (see
+/// `OpenOptions::connections`): 16, as many as aria2c opens to one server at most.
+inline constexpr std::size_t kInitialConnections = 16;
+
 /// The smallest non-zero `OpenOptions::max_rate`: 1 KiB/s.
 inline constexpr std::uint64_t kMinMaxRate = 1024;
 
@@ -90,11 +94,21 @@ struct OpenOptions {
   /// each, + 8 KiB, a quarter more; at least 16 KiB). A second request follows only when the
   /// header is larger.
   std::uint64_t header_window = 256 << 10;
-  /// Parallel HTTP transfers of tensor data, each on its own TCP connection. 32: measured
-  /// against a per-connection cap of 8 MiB/s over TLS at 20 ms RTT (tools/bench/real_network.sh),
-  /// 32 flows carried 2.1x what aria2c's 16 did, 16 flows 1.4x.
-  std::size_t connections = 32;
-  /// Open the `connections` data connections while the open reads the index and headers, for
+  /// Parallel HTTP transfers of tensor data, each on its own TCP connection, fixed at this
+  /// number. 0 (the default): the number adapts to the path while each fetch runs. It starts at
+  /// `kInitialConnections` (or at what an earlier fetch from the same host settled on, kept in
+  /// the cache's `hosts.json`), grows while new connections raise the aggregate rate (a CDN
+  /// capping each TCP flow), stops growing when they do not (one flow filling the link needs no
+  /// second), never beyond `max_connections`, and halves when the server pushes back (a 429 or
+  /// 503, a refused, reset or stalled connection). See `FetchStats::connections`.
+  std::size_t connections = 0;
+  /// The most data connections toward one host when `connections` is 0 (adaptive): 128, because
+  /// on a CDN capping each flow aria2c at its best settings (`-x16 -s16 -j4 -k1M`) runs 64
+  /// flows on a 4-file checkpoint, beating it needs more, and 128 flows of 2 MiB/s still fill a
+  /// 2 Gbit/s link; a path that cannot carry more stops the growth long before.
+  std::size_t max_connections = 128;
+  /// Open the data connections (`connections`, or the number the fetch will start with) while
+  /// the open reads the index and headers, for
   /// a caller that fetches right after (`tensorfetch get` and `download` do): the first fetch's
   /// requests then go out on connections whose TCP and TLS handshakes are done, instead of
   /// waiting for them after the headers arrived. For a URL location only, toward its host
@@ -192,9 +206,9 @@ struct FetchOptions {
   /// least 512 KiB unless C is smaller). An idle connection also takes over the tail of a
   /// running transfer that would finish last (see `FetchStats::splits`).
   std::uint64_t chunk_size = 64 << 20;
-  /// Parallel transfers, each on a TCP connection of its own (HTTP/1.1; a CDN caps each flow);
-  /// a connection far slower than the others does not count (up to a quarter more run then).
-  /// 0: `OpenOptions::connections`.
+  /// Parallel transfers, each on a TCP connection of its own (HTTP/1.1; a CDN caps each flow),
+  /// fixed at this number; a connection far slower than the others does not count (up to a
+  /// quarter more run then). 0: `OpenOptions::connections` (0 there: adaptive).
   std::size_t connections = 0;
   /// Called on the fetching thread at most every 100 ms and at the end; return false to
   /// cancel (the fetch then fails with `Cancelled`; what arrived whole is kept).
@@ -220,6 +234,10 @@ struct FetchStats {
   std::size_t chunks = 0;               ///< planned transfers
   std::size_t splits = 0;               ///< running transfers shortened to hand their tail to an idle connection
   std::size_t stragglers = 0;           ///< transfers found far slower than the others (their work taken over)
+  /// The data connections the fetch ran at the end: the fixed number, or where the adaptive
+  /// number settled (0 when nothing was transferred).
+  std::size_t connections = 0;
+  std::size_t peak_connections = 0;     ///< most transfers in flight at once
 };
 
 /// A tensor of a checkpoint: its header entry and the file that holds it.

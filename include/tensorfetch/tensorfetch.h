@@ -232,7 +232,10 @@ typedef struct tf_open_options {
   /** Cache root; NULL: `$TENSORFETCH_CACHE`, else `$XDG_CACHE_HOME/tensorfetch`, else
    *  `~/.cache/tensorfetch`. */
   const char* cache_dir;
-  /** Parallel transfers of tensor data, each on a TCP connection of its own; 0: 32. */
+  /** Parallel transfers of tensor data, each on a TCP connection of its own, fixed at this
+   *  number; 0 (the default): adaptive, from 16 (or what the cache remembers of the host) up
+   *  to `max_connections`, growing while new connections raise the rate (see the C++
+   *  `OpenOptions::connections`). */
   size_t connections;
   /** Access token; NULL: `$HF_TOKEN`, else `$HUGGING_FACE_HUB_TOKEN`, else the file
    *  `$HF_TOKEN_PATH` (default `$HF_HOME/token`); "": send none. Sent as
@@ -282,6 +285,9 @@ typedef struct tf_open_options {
    *  (the default): no cap. From 1 to 1023 (below 1 KiB/s): `TF_ERR_INVALID_ARGUMENT`. Added
    *  after `notice_user`: read only when `size` covers it. */
   uint64_t max_rate;
+  /** The most data connections toward one host when `connections` is 0 (adaptive); 0: 128.
+   *  Added after `max_rate`: read only when `size` covers it. */
+  size_t max_connections;
 } tf_open_options;
 
 /**
@@ -487,6 +493,9 @@ typedef struct tf_fetch_stats {
   uint64_t requests;          /**< HTTP requests sent (retries included) */
   uint64_t retries;           /**< of which retries */
   uint64_t chunks;            /**< planned transfers */
+  /** The data connections at the end: the fixed number, or where the adaptive number settled
+   *  (0: nothing transferred). Added after `chunks`: set only when `size` covers it. */
+  uint64_t connections;
 } tf_fetch_stats;
 
 /** Sets `options` to the defaults (no callbacks). NULL is ignored. Any thread. */
@@ -663,6 +672,23 @@ TF_API tf_code tf_tp_read(const tf_checkpoint* checkpoint, const tf_tp_selection
 
 /** Releases a selection; NULL is ignored. No accessor may run on it meanwhile or follow. */
 TF_API void tf_tp_free(tf_tp_selection* selection) TF_NOEXCEPT;
+
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * Starts recording a timeline of this process's tensorfetch work (opens, every HTTP request
+ * with its connect, TLS, first-byte and receive times, the data connections, commits, output),
+ * written by `tf_trace_stop` to `path` as Chrome trace-event JSON for Perfetto
+ * (ui.perfetto.dev) or `chrome://tracing`. One trace per process at a time: a second start, a
+ * NULL or empty path, is `TF_ERR_INVALID_ARGUMENT`. Any thread.
+ */
+TF_API tf_code tf_trace_start(const char* path, tf_error** err) TF_NOEXCEPT;
+
+/**
+ * Stops the trace `tf_trace_start` began and writes its file (replaced atomically). No trace
+ * running: `TF_ERR_INVALID_ARGUMENT`; the file cannot be written: `TF_ERR_IO`. Any thread.
+ */
+TF_API tf_code tf_trace_stop(tf_error** err) TF_NOEXCEPT;
 
 /* ---------------------------------------------------------------------------------------- */
 

@@ -15,5 +15,6 @@
 #include "tensorfetch/progress.hpp"
 #include "tensorfetch/slice.hpp"
 #include "tensorfetch/tp.hpp"
+#include "tensorfetch/trace.hpp"
 #include "tensorfetch/version.hpp"
 #include "tensorfetch/writer.hpp"

@@ -66,6 +66,8 @@ class CacheDir {
   [[nodiscard]] Sharing sharing() const noexcept { return sharing_; }
   /// The modes of what is created in it.
   [[nodiscard]] const Modes& modes() const noexcept { return modes_; }
+  /// ROOT itself.
+  [[nodiscard]] int root_fd() const noexcept { return root_.get(); }
   /// ROOT/blobs (-1: absent).
   [[nodiscard]] int blobs_fd() const noexcept { return blobs_.get(); }
   /// ROOT/snapshots (-1: absent).

@@ -22,6 +22,7 @@
 #include "tensorfetch/checkpoint.hpp"
 #include "tensorfetch/dtype.hpp"
 #include "tensorfetch/error.hpp"
+#include "tensorfetch/trace.hpp"
 #include "tensorfetch/version.hpp"
 
 using tensorfetch::ErrorCode;
@@ -375,6 +376,7 @@ void store_stats(const tensorfetch::FetchStats& in, tf_fetch_stats* out) noexcep
   if (TF_HOLDS(tf_fetch_stats, out, requests)) out->requests = in.requests;
   if (TF_HOLDS(tf_fetch_stats, out, retries)) out->retries = in.retries;
   if (TF_HOLDS(tf_fetch_stats, out, chunks)) out->chunks = in.chunks;
+  if (TF_HOLDS(tf_fetch_stats, out, connections)) out->connections = in.connections;
 }
 
 // Runs one fetch under the checkpoint's fetch lock, honouring and then consuming a cancel.
@@ -442,6 +444,9 @@ tf_code tf_open(const char* location, const tf_open_options* options, tf_checkpo
       if (TF_HOLDS(tf_open_options, options, cache_dir)) o.cache_dir = text(options->cache_dir);
       if (TF_HOLDS(tf_open_options, options, connections) && options->connections != 0) {
         o.connections = options->connections;
+      }
+      if (TF_HOLDS(tf_open_options, options, max_connections) && options->max_connections != 0) {
+        o.max_connections = options->max_connections;
       }
       if (TF_HOLDS(tf_open_options, options, token) && options->token != nullptr) o.token = options->token;
       if (TF_HOLDS(tf_open_options, options, endpoint)) o.endpoint = text(options->endpoint);
@@ -807,6 +812,25 @@ tf_code tf_tensor_data(const tf_checkpoint* checkpoint, const char* name, const 
   } catch (...) {  // out of memory while building an error message
     return TF_ERR_INTERNAL;
   }
+}
+
+tf_code tf_trace_start(const char* path, tf_error** err) noexcept {
+  clear_error(err);
+  if (path == nullptr) return store_error(err, TF_ERR_INVALID_ARGUMENT, "tf_trace_start: path is NULL");
+  return guarded(err, [&]() -> tf_code {
+    auto started = tensorfetch::trace_start(path);
+    if (!started) return store_error(err, started.error());
+    return TF_OK;
+  });
+}
+
+tf_code tf_trace_stop(tf_error** err) noexcept {
+  clear_error(err);
+  return guarded(err, [&]() -> tf_code {
+    auto stopped = tensorfetch::trace_stop();
+    if (!stopped) return store_error(err, stopped.error());
+    return TF_OK;
+  });
 }
 
 tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir, tf_error** err) noexcept {

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "base/text.h"
+#include "base/trace.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "hub/location.h"
 
@@ -283,6 +284,7 @@ Result<std::string> Checkpoint::manifest() const {
 }
 
 Result<Checkpoint> Checkpoint::open(std::string_view location_view, const OpenOptions& options) {
+  detail::trace::Scope span("open (index, headers, config.json)", "open");
   if (location_view.find('\0') != std::string_view::npos) {
     return fail(ErrorCode::InvalidArgument, "location " + quote_name(location_view) + " contains a NUL byte");
   }

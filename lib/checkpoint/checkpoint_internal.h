@@ -180,7 +180,8 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   // with its idle connections: one connection pool for every fetch of the checkpoint. Made on
   // the first fetch, or by the open when it warms connections (see DataConnections).
   std::unique_ptr<detail::DataConnections> data;
-  std::size_t connections = 16;                  // OpenOptions::connections (data transfers)
+  std::size_t connections = 0;                   // OpenOptions::connections (data transfers; 0: adaptive)
+  std::size_t max_connections = 128;             // OpenOptions::max_connections (the adaptive ceiling)
   std::uint64_t max_rate = 0;                    // OpenOptions::max_rate (data transfers; 0: no cap)
   // Guards RemoteFileState::blob and ::range_url of every file: `fetch` sets them while const
   // members (views, write) may read them on other threads.
@@ -251,6 +252,11 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
 };
 
 namespace detail {
+
+/// The data connections a fetch from `authority` (`scheme://host:port`) starts with: the fixed
+/// `connections`, else what the cache remembers of the host (hosts.json), else
+/// `kInitialConnections`; at most `max_connections`. In fetch.cc.
+[[nodiscard]] std::size_t data_connections_to_start(Checkpoint::Impl& impl, std::string_view authority);
 
 /// `Checkpoint::write`. With `arrivals` (a fetch running on another thread, see
 /// `Checkpoint::fetch_and_write`), each tensor is written as soon as the fetch has written its

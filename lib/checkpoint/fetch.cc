@@ -16,6 +16,8 @@
 #include "checkpoint/arrivals.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "fetch/fetcher.h"
+#include "base/trace.h"
+#include "cache/hosts.h"
 #include "hub/hf_cache.h"
 #include "hub/location.h"
 #include "net/url.h"
@@ -71,6 +73,15 @@ HttpClient& DataConnections::client(const CancelToken& cancel) {
   }
   warming_.join();
   return client_;
+}
+
+std::size_t data_connections_to_start(Checkpoint::Impl& impl, std::string_view authority) {
+  if (impl.connections != 0) return impl.connections;
+  std::size_t n = kInitialConnections;
+  if (auto cache = impl.open_cache(false)) {
+    if (auto remembered = recall_host(**cache, authority)) n = remembered->connections;
+  }
+  return std::clamp<std::size_t>(n, 1, std::max<std::size_t>(1, impl.max_connections));
 }
 
 }  // namespace detail
@@ -164,7 +175,15 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
   }
   auto& settings = job.settings;
   settings.http = impl.http;  // as open resolved them (CA bundle from CURL_CA_BUNDLE, ...)
-  settings.http.max_parallel = std::max<std::size_t>(1, options.connections ? options.connections : impl.connections);
+  // Fixed (the fetch's or the open's number), or adaptive from what the cache remembers of the
+  // host that serves the first file's data, up to the ceiling.
+  if (const std::size_t fixed = options.connections ? options.connections : impl.connections; fixed != 0) {
+    settings.http.max_parallel = fixed;
+  } else {
+    const std::string host = job.files.empty() ? std::string() : detail::url_authority(job.files.front().url);
+    settings.http.max_parallel = detail::data_connections_to_start(impl, host);
+    settings.max_connections = std::max<std::size_t>(settings.http.max_parallel, impl.max_connections);
+  }
   settings.http.max_rate = impl.max_rate;  // one bucket for all connections (the data client's)
   settings.token = impl.token;
   settings.token_authority = impl.token_authority;
@@ -186,6 +205,7 @@ struct FetchHooks {
 
 Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted,
                              const FetchOptions& options, const FetchHooks& hooks = {}) {
+  detail::trace::Scope span("fetch", "fetch");
   FetchStats stats;
   if (!impl.remote) return stats;
   auto job = make_job(impl, std::move(wanted), options);
@@ -219,6 +239,16 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   stats.chunks = report->chunks;
   stats.splits = report->splits;
   stats.stragglers = report->stragglers;
+  stats.connections = report->connections;
+  stats.peak_connections = report->peak_connections;
+  // What the adaptive number settled on, measured, is where the next fetch from the host starts
+  // (advice only: a cache that cannot take it loses nothing).
+  if (report->learned && !job->files.empty()) {
+    if (auto cache = impl.open_cache(false)) {
+      (void)detail::remember_host(**cache, detail::url_authority(job->files.front().url),
+                                  detail::HostMemory{report->connections, report->rate});
+    }
+  }
   if (!options.sink) {
     if (auto r = write_snapshot(impl); !r) return fail(r.error());
   }

@@ -610,6 +610,7 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
   impl.http.cancel = {};
   impl.http.on_wait = nullptr;
   impl.connections = options.connections;
+  impl.max_connections = std::max<std::size_t>(1, options.max_connections);
   impl.max_rate = options.max_rate;
   impl.endpoint = remote.endpoint;
   impl.token = remote.token;
@@ -774,8 +775,8 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
       detail::url_authority(remote.location.url) != detail::url_authority(remote.endpoint)) {
     HttpRequest warm = remote.request(remote.location.url, ByteRange{0, 1}, 1);
     warm.max_redirects = 0;
-    impl.data = std::make_unique<detail::DataConnections>(impl.http, std::move(warm),
-                                                          std::max<std::size_t>(1, options.connections));
+    impl.data = std::make_unique<detail::DataConnections>(
+        impl.http, std::move(warm), detail::data_connections_to_start(impl, detail::url_authority(remote.location.url)));
   }
 
   Result<void> opened = remote.open_location();  // steps 2 and 3

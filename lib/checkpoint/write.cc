@@ -24,6 +24,7 @@
 
 #include "base/fs.h"
 #include "base/text.h"
+#include "base/trace.h"
 #include "checkpoint/arrivals.h"
 #include "checkpoint/checkpoint_internal.h"
 #include "format/writer_internal.h"
@@ -390,6 +391,7 @@ namespace detail {
 
 Result<void> write_selection(const Checkpoint::Impl& impl, std::span<const Selection> selection, const std::string& out,
                              const WriteOptions& options, Arrivals* arrivals, const std::function<bool()>& stop) {
+  trace::Scope span("write the output file", "write");
   const Source source{impl, arrivals, stop};
   if (auto r = check_selection(impl, selection); !r) return r;
   if (out.find('\0') != std::string::npos) {
@@ -481,6 +483,7 @@ Result<void> write_selection(const Checkpoint::Impl& impl, std::span<const Selec
 
 Result<void> write_selection_stream(const Checkpoint::Impl& impl, std::span<const Selection> selection, int fd,
                                     const WriteOptions& options, Arrivals* arrivals, const std::function<bool()>& stop) {
+  trace::Scope span("write the output stream", "write");
   if (options.sharded_output) {
     return fail(ErrorCode::InvalidArgument,
                 "a sharded output (one file per shard plus an index) cannot be written to a stream");

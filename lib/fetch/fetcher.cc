@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/trace.h"
 #include "fetch/planner.h"
 #include "fetch/recent_rate.h"
 #include "hub/hub_errors.h"
@@ -65,6 +67,7 @@ class Committer {
 
  private:
   void run() {
+    trace::name_track(trace::thread_track(), "committer");
     std::unique_lock lock(mutex_);
     while (true) {
       cv_.wait_for(lock, interval_, [this] { return stopping_ || pending_bytes_ >= batch_bytes_; });
@@ -83,6 +86,9 @@ class Committer {
   // disk (the blob's data, then its extent map and directory), and blobs wait independently, so
   // the last commit of a fetch of several files costs about one blob's flushes, not their sum.
   void commit_batch(std::map<Blob*, std::vector<ByteRange>>& batch) {
+    if (batch.empty()) return;
+    trace::Scope span("commit (write, fdatasync, record extents)", "commit");
+    span.arg("files", std::to_string(batch.size()));
     std::vector<std::map<Blob*, std::vector<ByteRange>>::value_type*> items;
     items.reserve(batch.size());
     for (auto& item : batch) items.push_back(&item);
@@ -302,8 +308,10 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
       coalesce_within(missing, settings.max_gap, overfetch_budget(total, settings.max_gap, settings.overfetch_percent));
   total = 0;
   for (const auto& r : ranges) total += total_bytes(r);
-  const std::uint64_t chunk =
-      chunk_size_for(total, settings.http.max_parallel, settings.min_chunk, settings.max_chunk);
+  // Adaptive connections may grow to the ceiling: pieces small enough for all of them (the
+  // scheduler joins neighbours while fewer run, see Scheduler::absorb).
+  const std::size_t plan_for = std::max(settings.http.max_parallel, settings.max_connections);
+  const std::uint64_t chunk = chunk_size_for(total, plan_for, settings.min_chunk, settings.max_chunk);
   std::vector<PlannedChunk> out;
   for (std::size_t i = 0; i < files.size(); ++i) {
     for (const auto& r : split(ranges[i], chunk)) out.push_back(PlannedChunk{i, r});
@@ -320,13 +328,16 @@ namespace {
 // does not count against N, so another connection takes over its work.
 class Scheduler {
  public:
-  Scheduler(State& state, HttpClient& client, std::deque<Chunk>& chunks, std::size_t connections, FetchReport& report)
-      : state_(state), client_(client), chunks_(chunks), connections_(connections), report_(report) {}
+  Scheduler(State& state, HttpClient& client, std::deque<Chunk>& chunks, FlowControl& flows, FetchReport& report)
+      : state_(state), client_(client), chunks_(chunks), flows_(flows), report_(report),
+        adaptive_(state.settings.max_connections > 0), retries_seen_(client.stats().retries) {}
 
   // Starts the queued chunks `todo` (positions in `chunks`), N at a time, until they are done.
   // `on_done` decides about each finished chunk (false: stop all).
   void run(std::deque<std::size_t> todo, const std::function<bool(std::size_t chunk, const Result<HttpResponse>&)>& on_done) {
     queue_ = std::move(todo);
+    queued_bytes_ = 0;
+    for (std::size_t k : queue_) queued_bytes_ += chunks_[k].range.length;
     chunk_of_.clear();
     in_flight_.clear();
     sinks_.clear();
@@ -356,10 +367,37 @@ class Scheduler {
   // Transfers in flight that hold one of the N slots (stragglers do not).
   std::size_t holding() const { return in_flight_.size() - straggler_.size(); }
 
-  // Connections allowed beyond N while stragglers run: a quarter of N, at least one.
-  std::size_t ceiling() const { return connections_ + std::max<std::size_t>(1, connections_ / 4); }
+  // N: the connections the flow control wants now.
+  std::size_t slots() const { return flows_.target(); }
 
-  bool room() const { return holding() < connections_ && in_flight_.size() < ceiling(); }
+  // Connections allowed beyond N while stragglers run: a quarter of N, at least one.
+  std::size_t ceiling() const { return slots() + std::max<std::size_t>(1, slots() / 4); }
+
+  bool room() const { return holding() < slots() && in_flight_.size() < ceiling(); }
+
+  // Adaptive connections: the chunk `k` about to start takes in the queued chunks after it
+  // (contiguous, same file) up to the queued bytes / the connections that may share them
+  // (guided self-scheduling: the first transfers get long ranges, fewer requests and request
+  // gaps; the later ones shorter, so that all end together), at most `max_chunk`. While the
+  // number may still grow, the share is counted for 4 times the connections, so work is left
+  // for the new ones.
+  void absorb(std::size_t k) {
+    Chunk& c = chunks_[k];
+    queued_bytes_ -= std::min(queued_bytes_, c.range.length);
+    if (!adaptive_) return;
+    const std::size_t share_of = flows_.settled() ? slots() : std::min(slots() * 4, state_.settings.max_connections);
+    const std::uint64_t want = queued_bytes_ / std::max<std::size_t>(1, share_of);
+    const std::uint64_t cap = settings().max_chunk ? settings().max_chunk : ~std::uint64_t{0};
+    while (!queue_.empty() && c.range.length < want) {
+      Chunk& next = chunks_[queue_.front()];
+      if (next.file != c.file || next.range.offset != c.range.end() || c.range.length + next.range.length > cap) break;
+      c.range.length += next.range.length;
+      queued_bytes_ -= std::min(queued_bytes_, next.range.length);
+      next.range.length = 0;
+      --state_.chunks_left[next.file];  // counted in `c` now
+      queue_.pop_front();
+    }
+  }
 
   void start(std::size_t k) {
     Chunk& c = chunks_[k];
@@ -382,8 +420,40 @@ class Scheduler {
 
   void fill() {
     while (room() && !queue_.empty()) {
-      start(queue_.front());
+      const std::size_t k = queue_.front();
       queue_.pop_front();
+      absorb(k);
+      start(k);
+    }
+    report_.peak_connections = std::max(report_.peak_connections, in_flight_.size());
+  }
+
+  // Feeds the flow control: the fetch's bytes so far, the transfers receiving, and whether the
+  // server pushed back since the last tick (a retry: 429/503, a refused, reset or stalled
+  // connection).
+  void steer(const std::vector<double>& waits) {
+    const double now = std::chrono::duration<double>(Clock::now() - state_.started).count();
+    const std::uint64_t retries = client_.stats().retries;
+    if (retries > retries_seen_) flows_.backoff(now);
+    retries_seen_ = retries;
+    std::size_t receiving = 0;
+    for (std::size_t id : in_flight_) {
+      if (straggler_.count(id)) continue;
+      if (auto st = client_.state(id); st && st->running && st->receiving_seconds > 0) ++receiving;
+    }
+    // Under a max_rate that pauses transfers the cap sets the rate: more flows bring nothing.
+    const bool work_bound = (queue_.empty() && holding() < slots()) || client_.throttled();
+    const std::size_t steps = flows_.steps();
+    flows_.sample(now, state_.progress.bytes_done, receiving, waits.empty() ? 0 : median(waits), work_bound);
+    if (flows_.steps() != steps && flows_.last_step()) {
+      const FlowStep& step = *flows_.last_step();
+      report_.flow_steps.push_back(step);
+      if (trace::on()) {
+        char rate[32];
+        std::snprintf(rate, sizeof rate, "%.1f MB/s", step.rate / 1e6);
+        trace::instant("connections: " + std::to_string(step.connections) + " (" + step.why + ")", "flows",
+                       {{"rate measured", rate}, {"gain", std::to_string(step.gain)}});
+      }
     }
   }
 
@@ -435,6 +505,8 @@ class Scheduler {
       }
       if (fb >= 0) waits.push_back(fb);
     }
+    steer(waits);
+    fill();
     // Under a max_rate that is pausing transfers, the cap sets every rate: no transfer is slow
     // because of its link, and more connections would not bring a byte more.
     if (rates.size() < 2 || client_.throttled()) return;
@@ -472,7 +544,7 @@ class Scheduler {
   // Free slots now: holding slots under N, within the ceiling of connections.
   std::size_t idle_slots() const {
     if (!room()) return 0;
-    return std::min(connections_ - holding(), ceiling() - in_flight_.size());
+    return std::min(slots() - holding(), ceiling() - in_flight_.size());
   }
 
   // Cuts the running transfer `victim` so that it and `helpers` new transfers of its tail all
@@ -516,9 +588,12 @@ class Scheduler {
   State& state_;
   HttpClient& client_;
   std::deque<Chunk>& chunks_;  // grows on splits (a deque: sinks keep references)
-  std::size_t connections_;
+  FlowControl& flows_;
   FetchReport& report_;
+  bool adaptive_;
+  std::uint64_t retries_seen_;
   std::deque<std::size_t> queue_;
+  std::uint64_t queued_bytes_ = 0;     // of the chunks in queue_
   std::vector<std::size_t> chunk_of_;  // request id -> chunk
   std::set<std::size_t> in_flight_;    // request ids
   std::set<std::size_t> straggler_;    // request ids in flight found far slower than the others
@@ -531,12 +606,15 @@ class Scheduler {
 }  // namespace
 
 Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings& settings) {
+  trace::Scope span("fetch ranges", "fetch");
   FetchReport report;
   State state(files, settings);
   std::deque<Chunk> chunks;  // grows on splits; sinks keep references
   state.chunks_left.assign(files.size(), 0);
   state.per_file.resize(files.size());
+  const auto plan_start = trace::Clock::now();
   auto planned = plan_chunks(files, settings, &report.bytes_cached);
+  trace::span("plan (cache subtracted, coalesced, split)", "fetch", plan_start);
   if (!planned) return fail(planned.error());
   for (const auto& p : *planned) {
     chunks.push_back(Chunk{p.file, p.range, 0, 0});
@@ -560,9 +638,14 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   // Bulk data: one TCP connection per transfer (not multiplexed), N holding slots plus room for
   // the connections that take over from stragglers.
   const std::size_t connections = std::max<std::size_t>(1, settings.http.max_parallel);
+  const std::size_t most = std::max(connections, settings.max_connections);
+  FlowSettings flow_settings;
+  flow_settings.initial = connections;
+  flow_settings.ceiling = most;
+  FlowControl flows(flow_settings, settings.max_connections == 0);
   HttpOptions http = settings.http;
   http.multiplex = false;
-  http.max_parallel = connections + std::max<std::size_t>(1, connections / 4);
+  http.max_parallel = most + std::max<std::size_t>(1, most / 4);
   // A wait the server asks for (a rate limit) is said to the caller, and shown in the progress.
   http.on_wait = [&](const HttpWait& w) {
     state.progress.waiting_seconds = static_cast<double>(w.wait_ms) / 1000.0;
@@ -595,7 +678,7 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   // before anything arrives means the server will not serve it.
   std::vector<int> stale_resolves(files.size(), 0);
   std::vector<std::uint64_t> done_at_resolve(files.size(), 0);
-  Scheduler scheduler(state, client, chunks, connections, report);
+  Scheduler scheduler(state, client, chunks, flows, report);
   while (!todo.empty() && !error) {
     if (auto r = state.report(true); !r) {
       note_error(r.error());
@@ -652,11 +735,18 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
   auto committed = state.committer.stop();
   if (!committed) note_error(committed.error());
   report.bytes_transferred = state.progress.bytes_done;
+  span.arg("bytes", std::to_string(report.bytes_transferred));
+  span.arg("chunks", std::to_string(report.chunks));
+  span.arg("connections at the end", std::to_string(flows.target()));
+  report.connections = flows.target();
+  report.learned = flows.learned();
+  report.rate = flows.rate().value_or(0);
   report.requests = client.stats().requests - before.requests;
   report.retries = client.stats().retries - before.retries;
   if (error) return fail(*error);
   (void)state.report(true);
   // Whole files present: verify and mark complete.
+  trace::Scope verify("verify whole files and mark them complete", "commit");
   for (auto& f : files) {
     if (!f.sink && covers(normalize(f.wanted), ByteRange{0, f.size})) {
       if (auto r = f.blob->finish(f.what); !r) return fail(r.error());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cache/blob.h"
+#include "fetch/flow_control.h"
 #include "net/http_client.h"
 #include "tensorfetch/progress.hpp"
 
@@ -39,7 +40,12 @@ struct FetchFile {
 
 /// How to fetch.
 struct FetchSettings {
-  HttpOptions http;                  ///< connections (max_parallel), retries, timeouts, TLS, cancel
+  /// Retries, timeouts, TLS, cancel; `max_parallel`: the connections (fixed), or with
+  /// `max_connections` the number to start with.
+  HttpOptions http;
+  /// > 0: the number of connections adapts while the fetch runs (see FlowControl), from
+  /// `http.max_parallel` up to this ceiling. 0: always `http.max_parallel`.
+  std::size_t max_connections = 0;
   std::string token;                 ///< bearer token (re-resolves only, to `token_authority`)
   std::string token_authority;       ///< scheme://host[:port] allowed to receive the token
   std::uint64_t max_gap = 1 << 20;   ///< coalesce holes up to this size...
@@ -84,6 +90,13 @@ struct FetchReport {
   std::size_t re_resolves = 0;          ///< expired URLs resolved again
   std::size_t splits = 0;               ///< running transfers split for an idle connection
   std::size_t stragglers = 0;           ///< transfers found far slower than the others
+  std::size_t connections = 0;          ///< connections the fetch ran at the end (its target)
+  std::size_t peak_connections = 0;     ///< most transfers in flight at once
+  /// Adaptive: the number was measured to be right for the path (not fixed, not cut short by the
+  /// work running out or a server pushing back), with `rate` the aggregate it carried.
+  bool learned = false;
+  double rate = 0;                      ///< aggregate bytes per second at `connections`, if measured
+  std::vector<FlowStep> flow_steps;     ///< every decision on the number of connections
 };
 
 /// One planned transfer: `range` of `files[file]`.

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "base/text.h"
+#include "base/trace.h"
 #include "net/url.h"
 
 namespace tensorfetch::detail {
@@ -137,6 +138,7 @@ struct Transfer {
   ByteRange sent;
   bool cut = false;          // stopped on purpose at `end` (shortened): the rest is not read
   Clock::time_point attempt_start{};
+  std::uint32_t lane = 0;    // its row in a trace (base/trace.h), while an attempt runs
   std::optional<Clock::time_point> first_byte;  // of the current (or last) attempt's body
   Clock::time_point last_delivery{};            // when its last byte was delivered
   std::string url;           // current hop
@@ -575,6 +577,7 @@ struct HttpClient::Impl {
     curl_slist* h = nullptr;
     const auto& req = t.request;
     t.attempt_start = Clock::now();
+    if (trace::on() && t.lane == 0) t.lane = trace::acquire_lane();
     t.first_byte.reset();
     t.cut = false;
     if (auto range = t.range()) {
@@ -598,6 +601,37 @@ struct HttpClient::Impl {
     t.headers.reset(h);
     if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
     curl_multi_add_handle(multi.get(), e);
+  }
+
+  // Records the attempt that just ended on its connection's row of the trace: the whole request,
+  // and within it, as libcurl timed them, the TCP connect, the TLS handshake, the wait for the
+  // first byte and the body's arrival.
+  void trace_attempt(const Transfer& t, CURLcode code) const {
+    const auto now = Clock::now();
+    const auto at = [&](CURLINFO info) {
+      curl_off_t us = 0;
+      curl_easy_getinfo(t.easy.get(), info, &us);
+      return t.attempt_start + std::chrono::microseconds(us);
+    };
+    const auto connected = at(CURLINFO_CONNECT_TIME_T), tls = at(CURLINFO_APPCONNECT_TIME_T);
+    const auto sent = at(CURLINFO_PRETRANSFER_TIME_T), first = at(CURLINFO_STARTTRANSFER_TIME_T);
+    const auto range = t.range();
+    std::vector<std::pair<std::string, std::string>> args = {
+        {"url", quote_url(t.url.substr(0, t.url.find('?')))},
+        {"status", std::to_string(t.status)},
+        {"attempt", std::to_string(t.attempt)},
+        {"bytes", std::to_string(t.body.size() + (t.delivered - t.delivered_before))}};
+    if (range) args.emplace_back("range", range_text(t.sent));
+    if (code != CURLE_OK) args.emplace_back("curl", curl_easy_strerror(code));
+    trace::add({range ? "GET " + range_text(t.sent) : std::string("GET"), "http", 'X', t.attempt_start, now, t.lane,
+                std::move(args)});
+    const auto phase = [&](const char* name, Clock::time_point from, Clock::time_point to) {
+      if (to > from && to <= now) trace::add({name, "http", 'X', from, to, t.lane, {}});
+    };
+    phase("connect (TCP)", t.attempt_start, connected);
+    if (tls > connected) phase("TLS handshake", connected, tls);
+    phase("wait for the first byte", sent, first);
+    if (first > t.attempt_start) phase("receive", first, now);
   }
 
   // Learns whether the host of the attempt's URL spoke HTTP/2 (see `SeenProtocols`).
@@ -630,6 +664,8 @@ struct HttpClient::Impl {
   }
 
   void finish_attempt(Transfer& t) {
+    trace::release_lane(t.lane);
+    t.lane = 0;
     t.paused = false;
     curl_multi_remove_handle(multi.get(), t.easy.get());
     t.easy.reset();
@@ -677,6 +713,7 @@ struct HttpClient::Impl {
   Next evaluate(Transfer& t, CURLcode code, std::optional<Result<HttpResponse>>& result, long& wait_ms) {
     const auto& req = t.request;
     curl_easy_getinfo(t.easy.get(), CURLINFO_RESPONSE_CODE, &t.status);
+    if (t.lane != 0) trace_attempt(t, code);
     stats.bytes += t.body.size() + (t.delivered - t.delivered_before);
     if (t.sink_error) {  // refused before or while streaming: final, never retried
       result = fail(*t.sink_error);

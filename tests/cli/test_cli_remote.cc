@@ -15,7 +15,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_util.hpp"
 #include "hub_server.hpp"
@@ -629,4 +632,68 @@ TEST_CASE("cli remote: get --max-rate caps the fetch (1 MiB at 1M = 1,000,000 by
   CHECK(seconds >= 0.85);
   const auto written = read_file(out / "bc.safetensors");
   CHECK(written.find(r.plan_file.substr(r.plan_file.size() - 1048576)) != std::string::npos);
+}
+
+TEST_CASE("cli remote: get --trace writes a Chrome trace of the run: process start, open, every request with its "
+          "phases on its connection's row, the fetch, commits, the output",
+          "[cli][remote][trace]") {
+  PlanRepo r;
+  TempDir out;
+  const auto trace = out / "run.trace.json";
+  const std::vector<std::string> args = {"get", "hf://org/plan", "b", "c", "--endpoint", r.endpoint(), "-q",
+                                         "--trace", trace.string(), "-o", (out / "bc.safetensors").string()};
+  auto res = run(args);
+  INFO(describe(args) << "\nstderr: " << res.err);
+  REQUIRE(res.exit_code == 0);
+  const auto doc = nlohmann::json::parse(read_file(trace));
+  REQUIRE(doc.contains("traceEvents"));
+  std::set<std::string> names, categories, rows;
+  std::size_t gets = 0, data_gets = 0, receives = 0;
+  std::map<int, std::string> row_names;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M") {
+      if (e["name"] == "thread_name") row_names[e["tid"].get<int>()] = e["args"]["name"].get<std::string>();
+      continue;
+    }
+    names.insert(e["name"].get<std::string>());
+    categories.insert(e["cat"].get<std::string>());
+    CHECK(e["ts"].get<double>() >= -60e6);  // microseconds from the trace's start (process start: before it)
+    if (e["ph"] == "X") CHECK(e["dur"].get<double>() >= 0);
+    const std::string name = e["name"].get<std::string>();
+    if (name.starts_with("GET")) {
+      ++gets;
+      CHECK(e["args"].contains("url"));
+      CHECK(e["args"].contains("status"));
+      CHECK(e["tid"].get<int>() > 1000);  // on a connection's row
+      if (e["args"].contains("range") && !e["args"]["range"].get<std::string>().starts_with("bytes=0-")) ++data_gets;
+    }
+    if (name == "receive") ++receives;
+  }
+  INFO("events: " << doc["traceEvents"].dump().substr(0, 3000));
+  for (const char* want : {"process start (exec to main)", "open (index, headers, config.json)", "fetch",
+                           "fetch ranges", "write the output file", "get"}) {
+    CHECK(names.count(want) == 1);
+  }
+  CHECK(categories.count("http") == 1);
+  CHECK(categories.count("commit") == 1);
+  // Every request of the server's log is in the trace (the open's window, the data chunks).
+  CHECK(gets == r.server->log().size());
+  CHECK(data_gets == data_ranges(r.server->log()).size());
+  CHECK(receives >= data_gets);
+  CHECK(row_names[1] == "main");
+  CHECK(row_names[1001] == "connection 1");
+}
+
+TEST_CASE("cli remote: --trace to a file that cannot be written exits 1 after the command, naming the file",
+          "[cli][remote][trace]") {
+  PlanRepo r;
+  TempDir out;
+  const std::vector<std::string> args = {"inspect", "hf://org/plan", "--endpoint", r.endpoint(), "--trace",
+                                         (out / "no-such-dir" / "t.json").string()};
+  auto res = run(args);
+  INFO(describe(args) << "\nstderr: " << res.err);
+  CHECK(res.exit_code == 1);
+  CHECK(res.err.find("--trace") != std::string::npos);
+  CHECK(res.err.find("no-such-dir") != std::string::npos);
+  CHECK(res.out.find("b") != std::string::npos);  // the command itself ran
 }

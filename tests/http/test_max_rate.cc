@@ -43,16 +43,7 @@ constexpr std::uint64_t kTensor = 1 << 20;  // bytes per tensor (F32 [262144])
 constexpr int kTensors = 9;                  // t0 holds the header window; t1..t8: 8 MiB to fetch
 
 // org/rate/model.safetensors: tensors t0..t8 of 1 MiB each, random-looking bytes.
-std::string rate_model() {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  for (int i = 0; i < kTensors; ++i) {
-    const std::uint64_t begin = kTensor * static_cast<std::uint64_t>(i);
-    header["t" + std::to_string(i)] = {{"dtype", "F32"}, {"shape", {kTensor / 4}}, {"data_offsets", {begin, begin + kTensor}}};
-  }
-  std::string text = header.dump();
-  while (text.size() % 8 != 0) text.push_back(' ');
-  return tftest::le64(text.size()) + text + tftest::pattern_bytes(kTensor * kTensors, 11);
-}
+std::string rate_model() { return tftest::uniform_f32_model(kTensors, kTensor, 11); }
 
 struct Fixture {
   tftest::TempDir tmp{"tf-rate"};

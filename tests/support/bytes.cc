@@ -69,4 +69,17 @@ std::string git_blob_sha1_hex(std::string_view bytes) {
   return digest_hex(EVP_sha1(), std::string_view(prefix.c_str(), prefix.size() + 1), bytes);  // with the NUL
 }
 
+std::string uniform_f32_model(int count, std::uint64_t tensor_bytes, std::uint32_t seed) {
+  std::string header = "{";
+  for (int i = 0; i < count; ++i) {
+    const std::uint64_t begin = tensor_bytes * static_cast<std::uint64_t>(i);
+    if (i > 0) header += ",";
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[" + std::to_string(tensor_bytes / 4) +
+              "],\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(begin + tensor_bytes) + "]}";
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header.push_back(' ');
+  return le64(header.size()) + header + pattern_bytes(static_cast<std::size_t>(tensor_bytes) * static_cast<std::size_t>(count), seed);
+}
+
 }  // namespace tftest

@@ -21,6 +21,11 @@ std::string make_safetensors(std::string_view header, std::string_view data);
 /// byte matters, so a misplaced range shows.
 std::string pattern_bytes(std::size_t n, std::uint32_t seed);
 
+/// A safetensors file of `count` F32 tensors `t0`, `t1`, ... of `tensor_bytes` bytes each (a
+/// multiple of 4), laid out in order, the header padded to 8 bytes, the data `pattern_bytes`
+/// from `seed`: a file whose tensors each fill a known byte range.
+std::string uniform_f32_model(int count, std::uint64_t tensor_bytes, std::uint32_t seed);
+
 /// Lower-case hex sha256 of the bytes (OpenSSL).
 std::string sha256_hex(std::string_view bytes);
 

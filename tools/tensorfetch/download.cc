@@ -48,7 +48,8 @@ int run_download(const DownloadOptions& options) {
     std::cerr << "tensorfetch: " << ckpt->files().size() << (ckpt->files().size() == 1 ? " file" : " files") << " ("
               << human_bytes(static_cast<double>(total)) << ") in " << options.output << "; fetched "
               << human_bytes(static_cast<double>(stats->bytes_transferred)) << " in " << stats->requests
-              << " requests, " << human_bytes(static_cast<double>(stats->bytes_cached)) << " from the cache, "
+              << " requests" << (stats->peak_connections > 0 ? " on " + std::to_string(stats->peak_connections) + " connections" : std::string())
+              << ", " << human_bytes(static_cast<double>(stats->bytes_cached)) << " from the cache, "
               << s << " s\n";
   }
   // Say what was verified: a file without a sha256 from the server (a plain URL) is checked by

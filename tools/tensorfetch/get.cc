@@ -210,8 +210,9 @@ int run_get(const GetOptions& options) {
               << " bytes of tensor data) to " << options.output;
     if (ckpt.remote()) {
       std::cerr << "; fetched " << human_bytes(static_cast<double>(fetched.bytes_transferred)) << " in "
-                << fetched.requests << " requests, " << human_bytes(static_cast<double>(fetched.bytes_cached))
-                << " from the cache";
+                << fetched.requests << " requests";
+      if (fetched.peak_connections > 0) std::cerr << " on " << fetched.peak_connections << " connections";
+      std::cerr << ", " << human_bytes(static_cast<double>(fetched.bytes_cached)) << " from the cache";
     }
     std::cerr << '\n';
   }

@@ -2,9 +2,19 @@
 // The `tensorfetch` command line. Exit codes: 0 ok, 1 usage or other, 2 not valid
 // safetensors (or a bad index), 3 network/remote, 4 integrity.
 #include <CLI/CLI.hpp>
+#include <time.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "tensorfetch/trace.hpp"
 
 #include "commands.h"
 #include "escape.h"
@@ -53,7 +63,13 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
-  command.add_option("--connections", options.connections, "Parallel HTTP transfers of tensor data, one TCP connection each (default 32)")
+  command.add_option("--connections", options.connections,
+                     "Parallel HTTP transfers of tensor data, one TCP connection each, fixed at N (default: adaptive, "
+                     "from 16 up to --max-connections while more connections raise the rate)")
+      ->transform(plain_number(false))
+      ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
+  command.add_option("--max-connections", options.max_connections,
+                     "The most data connections toward one host when adaptive (default 128)")
       ->transform(plain_number(false))
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   command.add_option("--header-connections", options.header_connections,
@@ -133,8 +149,34 @@ void add_fetch_options(CLI::App& command, FetchOptions& options) {
 
 }  // namespace tensorfetch::cli
 
+// When this process started (exec), on the steady clock: /proc/self/stat's start time (clock
+// ticks since boot) against CLOCK_BOOTTIME now. Nullopt where /proc cannot tell.
+static std::optional<std::chrono::steady_clock::time_point> process_start() {
+  std::ifstream in("/proc/self/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  // Field 22, counted after the command name (field 2, in parentheses, may hold spaces).
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i != 22) continue;
+    timespec boot{};
+    const long ticks = ::sysconf(_SC_CLK_TCK);
+    if (ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &boot) != 0) return std::nullopt;
+    const double started = std::strtod(field.c_str(), nullptr) / static_cast<double>(ticks);
+    const double now = static_cast<double>(boot.tv_sec) + static_cast<double>(boot.tv_nsec) / 1e9;
+    if (started > now) return std::nullopt;
+    return std::chrono::steady_clock::now() -
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(now - started));
+  }
+  return std::nullopt;
+}
+
 int main(int argc, char** argv) {
   using namespace tensorfetch::cli;
+  const auto main_entered = std::chrono::steady_clock::now();
   CLI::App app{"tensorfetch: read safetensors checkpoints where they live, without downloading them whole"};
   app.name("tensorfetch");
   app.require_subcommand(1);
@@ -231,6 +273,13 @@ int main(int argc, char** argv) {
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 60))
       ->required();
+  std::string trace_file;
+  for (auto* sub : {inspect_cmd, get_cmd, download_cmd, cache_ls, cache_verify, cache_rm, cache_prune}) {
+    sub->add_option("--trace", trace_file,
+                    "Write a timeline of the run (process start, requests with connect/TLS/first-byte/receive "
+                    "times, connections, commits, output) to FILE as Chrome trace-event JSON, for Perfetto "
+                    "(ui.perfetto.dev) or chrome://tracing");
+  }
   for (auto* sub : {cache_ls, cache_verify, cache_rm, cache_prune}) {
     sub->add_option("--cache-dir", cache.dir, "Cache root (default: $TENSORFETCH_CACHE, ...)");
     sub->add_flag_callback("--shared-cache", [&cache] { cache.shared = true; },
@@ -269,14 +318,35 @@ int main(int argc, char** argv) {
   get.fetch.on_wait = download.fetch.on_wait = wait_notice();
   // Stale cached bytes (a file rewritten without its ETag changing) are a warning, whatever -q.
   inspect.open.on_stale_cache = get.open.on_stale_cache = download.open.on_stale_cache = stale_cache_notice();
-  try {
-    if (*inspect_cmd) return exit_status(run_inspect(inspect));
-    if (*get_cmd) return exit_status(get.mpi ? run_get_mpi(get) : run_get(get));
-    if (*download_cmd) return exit_status(download.mpi ? run_download_mpi(download) : run_download(download));
-    if (*cache_cmd) return run_cache(cache);
-  } catch (const std::exception& e) {
-    std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';
-    return 1;
+  if (!trace_file.empty()) {
+    if (auto r = tensorfetch::trace_start(trace_file); !r) {
+      std::cerr << "tensorfetch: usage error: --trace: " << escape_text(r.error().message) << '\n';
+      return 1;
+    }
+    if (auto started = process_start()) tensorfetch::trace_span("process start (exec to main)", "cli", *started, main_entered);
+    tensorfetch::trace_span("parse the command line", "cli", main_entered, std::chrono::steady_clock::now());
   }
-  return 1;
+  const auto run = [&]() -> int {
+    try {
+      if (*inspect_cmd) return exit_status(run_inspect(inspect));
+      if (*get_cmd) return exit_status(get.mpi ? run_get_mpi(get) : run_get(get));
+      if (*download_cmd) return exit_status(download.mpi ? run_download_mpi(download) : run_download(download));
+      if (*cache_cmd) return run_cache(cache);
+    } catch (const std::exception& e) {
+      std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';
+      return 1;
+    }
+    return 1;
+  };
+  const auto command_started = std::chrono::steady_clock::now();
+  int status = run();
+  if (!trace_file.empty()) {
+    tensorfetch::trace_span(app.get_subcommands().empty() ? "command" : app.get_subcommands().front()->get_name(),
+                            "cli", command_started, std::chrono::steady_clock::now());
+    if (auto r = tensorfetch::trace_stop(); !r) {
+      std::cerr << "tensorfetch: error: --trace: " << escape_text(r.error().message) << '\n';
+      if (status == 0) status = 1;
+    }
+  }
+  return status;
 }

@@ -14,8 +14,8 @@ Tensors are zero-copy views of the memory-mapped file or cache blob: NumPy array
 and keep the open checkpoint alive; torch tensors are writable over a private copy-on-write
 mapping (as safetensors' are: a write never reaches the file, the cache or another handle), which
 they keep alive themselves. Locations and options are the CLI's (``tensorfetch --help``):
-keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections``,
-``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``max_rate``,
+keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections`` (fixed; unset:
+adaptive), ``max_connections`` (the adaptive ceiling), ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``max_rate``,
 ``cache_dir``, ``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``,
 ``chunk_size``, ``coalesce_gap``, ``coalesce_overfetch_percent``. ``warm_connections=True`` opens
 the data connections of an http(s) location while its headers are read, for a fetch right after
@@ -25,6 +25,7 @@ least 1024, or ``ValueError``).
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import numbers
@@ -32,7 +33,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _tensorfetch as _tf
 from . import errors as _errors
@@ -60,6 +61,7 @@ __all__ = [
     "inspect",
     "plan",
     "download",
+    "trace",
 ] + list(_errors.__all__)  # the exception classes, as errors.py lists them
 
 # Keyword options: name -> (kind, minimum, maximum), with the CLI's ranges.
@@ -69,6 +71,7 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "cacert": ("path", 0, 0),
     "window": ("int", 64, 1 << 30),
     "connections": ("int", 1, 256),
+    "max_connections": ("int", 1, 256),
     "header_connections": ("int", 1, 1024),
     "retries": ("int", 0, 100),
     "stall_timeout": ("int", 1000, 3_600_000),
@@ -665,3 +668,17 @@ def download(location: Union[str, "os.PathLike[str]"], dir: Union[str, "os.PathL
         finally:
             if bar is not None:
                 bar.finish()
+
+
+@contextlib.contextmanager
+def trace(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
+    """Records a timeline of this process's tensorfetch work inside the ``with`` block (opens,
+    every HTTP request with its connect, TLS, first-byte and receive times, the data connections,
+    commits, output) and writes it to ``path`` when the block ends, as Chrome trace-event JSON
+    for Perfetto (ui.perfetto.dev) or ``chrome://tracing``; as ``tensorfetch --trace FILE``. One
+    trace per process at a time (a second one raises ``TensorfetchError``)."""
+    _tf.trace_start(os.fspath(path))
+    try:
+        yield
+    finally:
+        _tf.trace_stop()

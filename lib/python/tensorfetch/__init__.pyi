@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Type stubs of the tensorfetch package (see __init__.py for the docstrings).
+import contextlib
 import os
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
@@ -75,6 +76,7 @@ class safe_open:
         cacert: Optional[_Location] = ...,
         window: Optional[int] = ...,
         connections: Optional[int] = ...,
+        max_connections: Optional[int] = ...,
         header_connections: Optional[int] = ...,
         retries: Optional[int] = ...,
         stall_timeout: Optional[int] = ...,
@@ -133,3 +135,4 @@ def plan(location: _Location, names: _Names = ..., **options: Any) -> List[Dict[
 def download(
     location: _Location, dir: _Location, hf_cache: bool = ..., progress: _Progress = ..., **options: Any
 ) -> Dict[str, Any]: ...
+def trace(path: _Location) -> contextlib.AbstractContextManager[None]: ...

@@ -78,6 +78,7 @@ tf::OpenOptions open_options(const py::dict& d) {
   if (auto v = get("cacert")) o.ca_file = v->cast<std::string>();
   if (auto v = get("window")) o.header_window = v->cast<std::uint64_t>();
   if (auto v = get("connections")) o.connections = v->cast<std::size_t>();
+  if (auto v = get("max_connections")) o.max_connections = v->cast<std::size_t>();
   if (auto v = get("header_connections")) o.header_connections = v->cast<std::size_t>();
   if (auto v = get("retries")) o.max_retries = v->cast<int>();
   if (auto v = get("stall_timeout")) o.stall_timeout_ms = v->cast<long>();
@@ -522,7 +523,8 @@ py::dict stats_dict(const tf::FetchStats& s) {
   using S = tf::FetchStats;
   return fields_dict(s, std::pair{"bytes_transferred", &S::bytes_transferred},
                      std::pair{"bytes_cached", &S::bytes_cached}, std::pair{"requests", &S::requests},
-                     std::pair{"retries", &S::retries}, std::pair{"chunks", &S::chunks});
+                     std::pair{"retries", &S::retries}, std::pair{"chunks", &S::chunks},
+                     std::pair{"connections", &S::connections});
 }
 
 std::shared_ptr<PyCheckpoint> open_checkpoint(const std::string& location, const py::dict& open,
@@ -760,6 +762,23 @@ PYBIND11_MODULE(_tensorfetch, m) {
       PyErr_SetObject(cls.ptr(), py::str(e.message).ptr());
     }
   });
+
+  m.def(
+      "trace_start",
+      [](const std::string& path) {
+        if (auto r = tf::trace_start(path); !r) raise(r.error());
+      },
+      py::arg("path"), "Starts recording a timeline of this process's tensorfetch work (see tensorfetch.trace)");
+  m.def(
+      "trace_stop",
+      [] {
+        py::gil_scoped_release release;
+        if (auto r = tf::trace_stop(); !r) {
+          py::gil_scoped_acquire acquire;
+          raise(r.error());
+        }
+      },
+      "Stops the trace and writes its Chrome trace-event JSON file");
 
   py::class_<PyCheckpoint, std::shared_ptr<PyCheckpoint>>(
       m, "Checkpoint", "An open checkpoint (see tensorfetch.safe_open); tensors handed out keep it alive")
