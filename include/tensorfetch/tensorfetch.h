@@ -233,7 +233,7 @@ typedef struct tf_open_options {
    *  `~/.cache/tensorfetch`. */
   const char* cache_dir;
   /** Parallel transfers of tensor data, each on a TCP connection of its own, fixed at this
-   *  number; 0 (the default): adaptive, from 16 (or what the cache remembers of the host) up
+   *  number; 0 (the default): adaptive, from 32 (or what the cache remembers of the host) up
    *  to `max_connections`, growing while new connections raise the rate (see the C++
    *  `OpenOptions::connections`). */
   size_t connections;

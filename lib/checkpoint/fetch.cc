@@ -89,8 +89,11 @@ std::size_t data_connections_to_start(Checkpoint::Impl& impl, std::string_view a
 namespace {
 
 // Opens the cache blob of remote file `i` (creating it unless offline) and records the bytes
-// `open` already read. Offline, a file the cache has no blob of is left without one.
-Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
+// `open` already read. Offline, a file the cache has no blob of is left without one. With
+// `unrecorded`, those bytes are only written, and their range is added there for the caller's
+// fetch to record with its first commit (the flushes then overlap the transfers instead of
+// delaying the first request by one commit per file).
+Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i, std::vector<ByteRange>* unrecorded = nullptr) {
   auto& rf = impl.files[i].remote;
   if (!rf.local_path.empty()) return {};
   const auto& file = impl.files[i].info;
@@ -124,7 +127,11 @@ Result<void> ensure_blob(Checkpoint::Impl& impl, std::size_t i) {
     if (auto w = rf.blob->write_at(0, std::as_bytes(std::span(rf.prefix)).first(head.length)); !w) {
       return fail(w.error().with_context(file.path));
     }
-    if (auto c = rf.blob->commit(std::span(&head, 1)); !c) return fail(c.error().with_context(file.path));
+    if (unrecorded) {
+      unrecorded->push_back(head);
+    } else if (auto c = rf.blob->commit(std::span(&head, 1)); !c) {
+      return fail(c.error().with_context(file.path));
+    }
   }
   return {};
 }
@@ -135,16 +142,20 @@ struct FetchJob {
   detail::FetchSettings settings;
 };
 
-Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted, const FetchOptions& options) {
+// With `defer_records`, the bytes the open read are written into new blobs but recorded by the
+// fetch (FetchFile::unrecorded), which must then run.
+Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRange>> wanted, const FetchOptions& options,
+                          bool defer_records = false) {
   FetchJob job;
   for (std::size_t i = 0; i < impl.files.size(); ++i) {
     auto& rf = impl.files[i].remote;
     // Only files whose bytes are wanted get a cache blob: a few tensors of a repo of thousands
     // of shards touch only the shards that hold them.
     if (wanted[i].empty()) continue;
+    std::vector<ByteRange> unrecorded;  // the open's bytes written into a new blob, recorded by the fetch
     if (!options.sink) {
       if (!rf.local_path.empty()) continue;  // the HF cache holds it
-      if (auto r = ensure_blob(impl, i); !r) return fail(r.error());
+      if (auto r = ensure_blob(impl, i, defer_records ? &unrecorded : nullptr); !r) return fail(r.error());
       if (!rf.blob) {  // offline, and never fetched
         const ByteRange& first = wanted[i].front();
         return fail(ErrorCode::NotFetched, impl.location + ": offline (HF_HUB_OFFLINE / --offline), and " +
@@ -154,6 +165,7 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
       }
     }
     detail::FetchFile f;
+    f.unrecorded = std::move(unrecorded);
     f.what = impl.files[i].info.path;
     {
       std::shared_lock lock(impl.blob_mutex);
@@ -208,7 +220,7 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
   detail::trace::Scope span("fetch", "fetch");
   FetchStats stats;
   if (!impl.remote) return stats;
-  auto job = make_job(impl, std::move(wanted), options);
+  auto job = make_job(impl, std::move(wanted), options, !impl.offline);
   if (!job) return fail(job.error());
   job->settings.on_received = hooks.received;
   if (!impl.data) impl.data = std::make_unique<detail::DataConnections>(impl.http);
@@ -419,7 +431,11 @@ Result<FetchStats> fetch_while_writing(
   FetchHooks hooks;
   hooks.ready = [&](std::span<const detail::FetchFile> files) {
     for (const auto& f : files) {
-      if (f.blob) arrivals.track(f.index, f.blob->extents());
+      if (!f.blob) continue;
+      // Present for the writer: what the blob records, and the open's bytes the fetch will record.
+      detail::RangeSet present = f.blob->extents();
+      present.insert(present.end(), f.unrecorded.begin(), f.unrecorded.end());
+      arrivals.track(f.index, detail::normalize(std::move(present)));
     }
     writing = std::thread([&] {
       auto r = writer(&arrivals, stop);

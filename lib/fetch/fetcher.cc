@@ -296,6 +296,11 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
       auto h = f.blob->refresh();
       if (!h) return fail(h.error().with_context(f.what));
       have = std::move(*h);
+      if (!f.unrecorded.empty()) {
+        std::vector<ByteRange> all(have.begin(), have.end());
+        all.insert(all.end(), f.unrecorded.begin(), f.unrecorded.end());
+        have = normalize(std::move(all));
+      }
     }
     std::vector<ByteRange> wanted = f.wanted;  // clipped to the file (a range past its end is not fetched)
     for (auto& r : wanted) r = ByteRange{std::min(r.offset, f.size), std::min(r.end(), f.size) - std::min(r.offset, f.size)};
@@ -621,6 +626,11 @@ Result<FetchReport> fetch_ranges(std::span<FetchFile> files, const FetchSettings
     state.progress.bytes_total += p.range.length;
     ++state.chunks_left[p.file];
     state.per_file[p.file].bytes_total += p.range.length;
+  }
+  // What the caller wrote before the fetch is recorded with its first commit.
+  for (auto& f : files) {
+    if (f.sink) continue;
+    for (const auto& r : f.unrecorded) state.committer.add(f.blob, r);
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     state.per_file[i].file = files[i].index;

@@ -31,6 +31,9 @@ struct FetchFile {
   std::optional<std::string> linked_etag;  ///< X-Linked-Etag (must not change on re-resolve)
   std::uint64_t size = 0;               ///< file size
   Blob* blob = nullptr;                 ///< destination (unless `sink`)
+  /// Bytes already written into `blob` but not yet recorded as present (the open's first read):
+  /// counted as held by the plan, and recorded with the fetch's first commit.
+  std::vector<ByteRange> unrecorded;
   std::vector<ByteRange> wanted;        ///< byte ranges the caller wants present
   /// Instead of the blob: every wanted byte goes here (the cache is neither read nor written).
   /// Return false to cancel.

@@ -2,6 +2,7 @@
 #include "fetch/flow_control.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tensorfetch::detail {
 
@@ -30,7 +31,7 @@ void FlowControl::sample(double now, std::uint64_t bytes, std::size_t receiving,
     if (!window_start_) {
       window_start_ = now;
       window_bytes_ = bytes;
-    } else if (now - *window_start_ >= std::max(s_.min_window, 2 * wait)) {
+    } else if (now - *window_start_ >= std::max(s_.min_window, wait)) {
       rate_ = static_cast<double>(bytes - window_bytes_) / (now - *window_start_);
     }
     return;
@@ -47,13 +48,14 @@ void FlowControl::sample(double now, std::uint64_t bytes, std::size_t receiving,
   // A step is measured once each of its flows receives (its handshakes and first request done),
   // or after `max_settle` (some never will: the measure then counts the ones that do).
   if (!window_start_) {
-    if (receiving < target_ && now - step_start_ < s_.max_settle) return;
+    const auto enough = static_cast<std::size_t>(std::ceil(s_.settle_share * static_cast<double>(target_)));
+    if (receiving < std::max<std::size_t>(1, enough) && now - step_start_ < s_.max_settle) return;
     window_start_ = now;
     window_bytes_ = bytes;
     return;
   }
   const double span = now - *window_start_;
-  if (span < std::max(s_.min_window, 2 * wait)) return;
+  if (span < std::max(s_.min_window, wait)) return;
   const double rate = static_cast<double>(bytes - window_bytes_) / span;
   rate_ = rate;
   decide(now, rate);
@@ -71,14 +73,23 @@ void FlowControl::decide(double now, double rate) {
   const double old_n = static_cast<double>(prev_n_), new_n = static_cast<double>(target_);
   const double expected = prev_rate_ * (new_n - old_n) / old_n;
   const double gain = expected > 0 ? (rate - prev_rate_) / expected : 0;
+  // Where the growth ends, the number that fits: the rate measured over the old per-flow rate
+  // (a link that fills at 38 capped flows, probed at 32 then 128, settles at 38), within the
+  // two steps.
+  const auto fits = [&] {
+    const double per_flow = prev_rate_ / old_n;
+    const double n = per_flow > 0 ? std::ceil(rate / per_flow - 1e-9) : old_n;
+    return std::clamp(static_cast<std::size_t>(n), prev_n_, target_);
+  };
   if (gain < s_.min_gain) {
-    set(now, prev_n_, rate, gain, "full", true);
-    rate_ = prev_rate_;
+    set(now, fits(), rate, gain, "full", true);
+    rate_ = rate;
     learned_ = true;
     return;
   }
   if (gain < s_.good_gain || target_ >= ceiling) {
-    set(now, target_, rate, gain, target_ >= ceiling ? "ceiling" : "enough", true);
+    set(now, target_ >= ceiling && gain >= s_.good_gain ? target_ : fits(), rate, gain,
+        target_ >= ceiling ? "ceiling" : "enough", true);
     rate_ = rate;
     learned_ = true;
     return;

@@ -13,22 +13,26 @@ namespace tensorfetch::detail {
 /// The rules of `FlowControl`. A plain value.
 struct FlowSettings {
   /// Connections at the start (a host's remembered good number, else this).
-  std::size_t initial = 16;
+  std::size_t initial = 32;
   /// Most connections toward the host. 128: on a CDN that caps each TCP flow, aria2c at its best
   /// settings (`-x16 -s16 -j4 -k1M`) runs 64 flows on a 4-file checkpoint; beating it needs more
   /// of them, and 128 flows at 2 MiB/s each still fill a 2 Gbit/s link. A server that can carry
   /// no more stops the growth long before (see `FlowControl`).
   std::size_t ceiling = 128;
   /// The first growth multiplies by this; later ones by 2 (by 4 while each step paid fully).
-  std::size_t first_growth = 4;
+  std::size_t first_growth = 2;
   /// A step that brought less than this share of the rate its new flows would carry at the
-  /// flows' earlier rate ends the growth, back at the step before (the link was full).
+  /// flows' earlier rate ends the growth (the link was full), at the number the measured rate
+  /// fills at the earlier per-flow rate (at least the step before).
   double min_gain = 0.15;
-  /// A step that brought less than this share (but at least `min_gain`) ends the growth there.
+  /// A step that brought less than this share (but at least `min_gain`) ends the growth, at the
+  /// number that fits as above.
   double good_gain = 0.5;
-  /// Shortest measurement of a step, in seconds (also: at least 2 first-byte waits, time for a
-  /// new flow to leave TCP slow start on a path of that round trip).
-  double min_window = 0.08;
+  /// Shortest measurement of a step, in seconds (also: at least one first-byte wait, about the
+  /// round trip plus the server's time, which a new flow's TCP slow start is counted in).
+  double min_window = 0.06;
+  /// A step is measured once this share of its flows receive (the rest may be slow to connect).
+  double settle_share = 0.75;
   /// Longest wait for a step's new flows to receive their first byte before measuring anyway.
   double max_settle = 1.0;
 };

@@ -22,11 +22,19 @@
 # of its own, and the goal is judged on the worst.
 #
 # Cases (groups for --cases):
-#   data       tf download INDEX_URL; aria2c -x16 -s16 -j4 (the 4 shard URLs; also with -k1M);
-#              curl (the 4 shard URLs, one process); tf get of 2 layers' tensors (its rate is
-#              selected bytes / wall, compared with aria2c's download rate on the same path)
+#   data       tf download INDEX_URL (defaults: adaptive connections, a fresh cache); the same with
+#              the cache's hosts.json from an earlier download kept (tf-dl-warm: a user's second
+#              download from that CDN; learned, untimed, before its first run); aria2c -x16 -s16
+#              -j4 (the 4 shard URLs; also with -k1M); curl (the 4 shard URLs, one process); tf get
+#              of 2 layers' tensors (its rate is selected bytes / wall, compared with aria2c's
+#              download rate on the same path), and its floor: curl --http1.1 --parallel
+#              --parallel-max 64 handed exactly the byte ranges `tf get --plan` prints, cut into
+#              pieces of at most total/64, each piece to its own file (the plan is made once,
+#              untimed: curl makes none of the metadata round trips tf must make)
 #   straggler  tf download and aria2c through a straggler proxy per phase: wall vs the data case
 #   loopback   the data cases straight to nginx https: no proxy, no cap, no latency (reference)
+#   maxrate    tf download --max-rate 40M of a 2 GB checkpoint (generated once, --maxrate-mb) from
+#              nginx https directly: the measured rate (bytes / wall) must be within 5% of 40 MB/s
 #   ceiling    aria2c and curl over plain HTTP, uncapped, direct and through a latency proxy at the
 #              same RTT: what the harness itself can carry (the proxy must not be the bottleneck)
 #   inspect    tf inspect hf://bench/sharded (30 shards) and hf://bench/single at --inspect-rtt-ms:
@@ -70,8 +78,11 @@
 #   --inspect-rtt-ms MS  round trip of the inspect path (default 50)
 #   --inspect-shards N   shards of the sharded inspect repo (default 30)
 #   --timeout S          a run that takes longer is stopped and reported as timed out (default 600)
-#   --cases LIST         comma-separated groups: data,straggler,loopback,ceiling,inspect (default all)
+#   --cases LIST         comma-separated groups: data,straggler,loopback,ceiling,inspect,maxrate
+#                        (default all but maxrate, which moves 2 GB at 40 MB/s: about 50 s a run)
+#   --maxrate-mb MB      size of the maxrate case's checkpoint (default 2000)
 #   --connections N      passed to tensorfetch get/download (default: its own)
+#   --trace DIR          every tensorfetch run writes its timeline (--trace) to DIR/CASE-RUN.json
 #   --keep               keep the temp dir (configs, logs) and print its path
 # Needs: nginx-light, libnginx-mod-stream, aria2c, curl, openssl, GNU time, jq, and a build with
 # -Dbench=true (the default): tools/install-deps.sh --bench
@@ -93,6 +104,8 @@ inspect_rtt_ms=50
 inspect_shards=30
 timeout_s=600
 cases_arg=data,straggler,loopback,ceiling,inspect
+maxrate_mb=2000
+trace_dir=""
 connections=""
 keep=0
 hidden=576     # Llama-shaped: 32 * hidden^2 bytes per BF16 layer (10.6 MB; two layers ~ 21 MB)
@@ -114,14 +127,16 @@ while (( $# )); do
     --inspect-shards) inspect_shards=${2:?--inspect-shards needs a value}; shift 2 ;;
     --timeout) timeout_s=${2:?--timeout needs a value}; shift 2 ;;
     --cases) cases_arg=${2:?--cases needs a value}; shift 2 ;;
+    --maxrate-mb) maxrate_mb=${2:?--maxrate-mb needs a value}; shift 2 ;;
     --connections) connections=${2:?--connections needs a value}; shift 2 ;;
+    --trace) trace_dir=${2:?--trace needs a directory}; mkdir -p "$trace_dir"; trace_dir=$(realpath "$trace_dir"); shift 2 ;;
     --keep) keep=1; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) usage >&2; exit 1 ;;
     *) build=$1; shift ;;
   esac
 done
-for v in size_mb shards runs repeat_under straggler_every inspect_shards timeout_s; do
+for v in size_mb shards runs repeat_under straggler_every inspect_shards timeout_s maxrate_mb; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-} takes a positive integer (got '${!v}')"
 done
 for v in rtt_ms inspect_rtt_ms; do
@@ -149,8 +164,8 @@ slow_rate_b=$(size_bytes "$slow_rate")
 declare -A want_group
 IFS=, read -r -a groups <<< "$cases_arg"
 for g in "${groups[@]}"; do
-  case $g in data|straggler|loopback|ceiling|inspect) want_group[$g]=1 ;;
-    *) die "--cases: unknown group '$g' (data, straggler, loopback, ceiling, inspect)" ;; esac
+  case $g in data|straggler|loopback|ceiling|inspect|maxrate) want_group[$g]=1 ;;
+    *) die "--cases: unknown group '$g' (data, straggler, loopback, ceiling, inspect, maxrate)" ;; esac
 done
 
 for tool in nginx aria2c curl openssl jq; do
@@ -200,6 +215,19 @@ fi
 mapfile -t shard_files < <(find "$data" -maxdepth 1 -name 'model-*.safetensors' -printf '%f\n' | sort)
 (( ${#shard_files[@]} == shards )) || die "$data holds ${#shard_files[@]} shards, expected $shards"
 ckpt_bytes=$(cat "$data"/model-*.safetensors | wc -c)
+big=""  # the maxrate case's checkpoint, served under /big/ of the loopback server
+big_bytes=0
+if [[ -n ${want_group[maxrate]:-} ]]; then
+  big_layers=$(( (maxrate_mb * 1000000 - embed_bytes + layer_bytes / 2) / layer_bytes ))
+  big=$(realpath "$build/bench-data")/real-network-l${big_layers}-h${hidden}-v${vocab}-s${shards}
+  if [[ ! -d $big ]]; then
+    echo "real_network: generating $big (once)..." >&2
+    rm -rf "$big.tmp"
+    "$gen" -o "$big.tmp" --layers "$big_layers" --hidden "$hidden" --vocab "$vocab" --shards "$shards" >/dev/null
+    mv "$big.tmp" "$big"
+  fi
+  big_bytes=$(cat "$big"/model-*.safetensors | wc -c)
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tf-bench-realnet-XXXXXX")
 pids=()
@@ -211,7 +239,7 @@ cleanup() {
 }
 trap cleanup EXIT
 avail_kb=$(df -Pk "$work" | awk 'NR==2 {print $4}')
-(( avail_kb > 2 * ckpt_bytes / 1024 + 1048576 )) || die "not enough free disk under $work for 2 x the checkpoint"
+(( avail_kb > 2 * (ckpt_bytes + big_bytes) / 1024 + 1048576 )) || die "not enough free disk under $work for 2 x the checkpoint"
 
 # --- the inspect repos, the partial get's selection and reference -----------------------------------
 root=$work/hub-root
@@ -256,7 +284,8 @@ mkdir -p "$ng"
 alog=$ng/access.log; slog=$ng/stream.log
 touch "$alog" "$slog"
 write_nginx_conf() {  # BASE
-  local b=$1
+  local b=$1 big_location=""
+  [[ -z $big ]] || big_location="location /big/ { alias $big/; }"
   {
     bench_nginx_conf_head "$ng" real_network.sh auto "load_module $stream_module;"
     cat <<EOF
@@ -266,7 +295,7 @@ write_nginx_conf() {  # BASE
   ssl_session_cache shared:bench:1m;
   log_format bench '\$msec \$server_port \$connection \$status \$body_bytes_sent \$server_protocol \$ssl_protocol \$host "\$http_range" "\$request"';
   access_log $alog bench;
-  server { listen 127.0.0.1:$b ssl http2; root $data; }                # data, TLS 1.3 + HTTP/2
+  server { listen 127.0.0.1:$b ssl http2; root $data; $big_location }  # data, TLS 1.3 + HTTP/2
   server { listen 127.0.0.1:$((b + 3)); root $data; }                  # ceiling: plain HTTP/1.1
   upstream hub_plain { server 127.0.0.3:$((b + 7)); keepalive 64; }
   server {                                                              # the h2 Hub and CDN
@@ -439,9 +468,49 @@ n_runs=0
 tf_env() {  # sets tfc: the tensorfetch command of this run (no token, empty HF cache, fresh cache)
   tfc=(env -u HF_TOKEN -u HF_HUB_OFFLINE "HF_HOME=$work/hf-home" "TENSORFETCH_CACHE=$work/cache-$n_runs" "$tf")
 }
-shard_pairs() {  # OUT_DIR -> (found output, source) pairs of every shard
-  local f
-  for f in "${shard_files[@]}"; do printf '%s\n%s\n' "$(find "$1" -name "$f" -print -quit)" "$data/$f"; done
+shard_pairs() {  # OUT_DIR [SOURCE_DIR] -> (found output, source) pairs of every shard
+  local f src=${2:-$data}
+  for f in "${shard_files[@]}"; do printf '%s\n%s\n' "$(find "$1" -name "$f" -print -quit)" "$src/$f"; done
+}
+# learn_hosts BASE: once, an untimed tf download on the path, whose cache's hosts.json (what the
+# adaptive connections settled on for the host) the warm case starts with.
+learn_hosts() {
+  [[ ! -f $work/hosts-learned.json ]] || return 0
+  local lc=$work/learn-cache
+  rm -rf "$lc" "$work/learn-out"
+  env -u HF_TOKEN -u HF_HUB_OFFLINE "HF_HOME=$work/hf-home" "TENSORFETCH_CACHE=$lc" "$tf" download \
+    "$1/model.safetensors.index.json" -o "$work/learn-out" "${tf_args[@]}" > /dev/null 2>&1 || true
+  if [[ -f $lc/hosts.json ]]; then cp "$lc/hosts.json" "$work/hosts-learned.json"; else echo '{}' > "$work/hosts-learned.json"; fi
+  learned_note=$(jq -r '[.hosts // {} | to_entries[] | "\(.key): \(.value.connections) connections"] | join(", ")' \
+    "$work/hosts-learned.json" 2>/dev/null || echo "?")
+  rm -rf "$lc" "$work/learn-out"
+}
+# make_curl_plan BASE: once, the transfers `tf get --plan` prints for the partial get (fresh
+# cache), cut into pieces of at most total/64, as a curl config (url, range, output per piece).
+make_curl_plan() {
+  [[ ! -f $work/curl-plan.cfg ]] || return 0
+  local pc=$work/plan-cache
+  rm -rf "$pc"
+  env -u HF_TOKEN -u HF_HUB_OFFLINE "HF_HOME=$work/hf-home" "TENSORFETCH_CACHE=$pc" "$tf" get \
+    "$1/model.safetensors.index.json" "${globs[@]}" --plan "${tf_args[@]}" > "$work/plan.json" 2> "$work/plan.err" ||
+    die "tf get --plan failed: $(head -n1 "$work/plan.err")"
+  rm -rf "$pc"
+  # Options other than --parallel are per transfer in curl: each piece gets its own (after `next`).
+  jq -r --arg out "$work/out" --arg ca "$ca" '
+    (.transfers | map(.length) | add) as $total | (($total + 63) / 64 | floor) as $piece
+    | [.transfers[] | . as $t | range(0; ((.length + $piece - 1) / $piece | floor)) as $i
+       | {url: $t.url, first: ($t.offset + $i * $piece), last: (([$t.offset + ($i + 1) * $piece, $t.offset + $t.length] | min) - 1)}]
+    | to_entries[]
+    | (if .key > 0 then "next\n" else "" end)
+      + "url = \"\(.value.url)\"\nrange = \"\(.value.first)-\(.value.last)\"\noutput = \"\($out)/piece-\(.key)\"\n"
+      + "cacert = \"\($ca)\"\nhttp1.1\nfail"' \
+    "$work/plan.json" > "$work/curl-plan.cfg" || die "could not cut the plan into pieces (jq)"
+  plan_bytes=$(jq '.transfers | map(.length) | add' "$work/plan.json")
+  plan_pieces=$(grep -c '^url' "$work/curl-plan.cfg")
+}
+verify_pieces() {  # ID OUT_DIR: curl's pieces hold the plan's bytes
+  local got; got=$(cat "$2"/piece-* 2>/dev/null | wc -c)
+  (( got == plan_bytes )) || { status[$1]="FAIL: $got bytes in the pieces, the plan says $plan_bytes"; return 1; }
 }
 case_url() {  # ID -> base URL of its server
   case $1 in
@@ -456,11 +525,17 @@ run_data_case() {  # ID
   n_runs=$((n_runs + 1))
   rm -rf "$out" "$work"/cache-*; mkdir -p "$out"
   local -a cmd curl_args=() tfc
+  local -a tf_args=("${tf_args[@]}" ${trace_dir:+--trace "$trace_dir/$id-$n_runs.json"})
   local f
   : > "$work/aria2-input.txt"   # one URL per line: one download each, -j4 of them at once
   for f in "${shard_files[@]}"; do echo "$base/$f" >> "$work/aria2-input.txt"; curl_args+=(-o "$out/$f" "$base/$f"); done
   tf_env
   case $id in
+    tf-dl-maxrate) cmd=("${tfc[@]}" download "$url_lo/big/model.safetensors.index.json" -o "$out" --max-rate 40M
+                   "${tf_args[@]}") ;;
+    tf-dl-warm) learn_hosts "$base"
+              mkdir -p -m 700 "$work/cache-$n_runs"; cp "$work/hosts-learned.json" "$work/cache-$n_runs/hosts.json"
+              cmd=("${tfc[@]}" download "$base/model.safetensors.index.json" -o "$out" "${tf_args[@]}") ;;
     tf-dl*)   cmd=("${tfc[@]}" download "$base/model.safetensors.index.json" -o "$out" "${tf_args[@]}") ;;
     tf-get*)  cmd=("${tfc[@]}" get "$base/model.safetensors.index.json" "${globs[@]}" -o "$out/partial.safetensors"
                    "${tf_args[@]}") ;;
@@ -468,6 +543,8 @@ run_data_case() {  # ID
                    --auto-file-renaming=false -d "$out" -i "$work/aria2-input.txt") ;;
     aria*)    cmd=(aria2c -x16 -s16 -j4 "--ca-certificate=$ca" -q --allow-overwrite=true
                    --auto-file-renaming=false -d "$out" -i "$work/aria2-input.txt") ;;
+    curl-plan-get) make_curl_plan "$base"
+              cmd=(curl -sS --parallel --parallel-max 64 -K "$work/curl-plan.cfg") ;;
     curl*)    cmd=(curl -sS -f --cacert "$ca" "${curl_args[@]}") ;;
   esac
   reset_proxies
@@ -477,6 +554,12 @@ run_data_case() {  # ID
     if [[ $id == tf-get* ]]; then
       verify_files "$id" 0 "$out/partial.safetensors" "$ref_get" || ok=0
       nbytes[$id]=$sel_bytes   # its rate: the selected tensors' bytes / wall
+    elif [[ $id == curl-plan-get ]]; then
+      verify_pieces "$id" "$out" || ok=0
+      nbytes[$id]=$sel_bytes
+    elif [[ $id == tf-dl-maxrate ]]; then
+      local -a pairs; mapfile -t pairs < <(shard_pairs "$out" "$big")
+      verify_files "$id" "$big_bytes" "${pairs[@]}" || ok=0
     else
       local -a pairs; mapfile -t pairs < <(shard_pairs "$out")
       verify_files "$id" "$ckpt_bytes" "${pairs[@]}" || ok=0
@@ -552,17 +635,19 @@ run_inspect_case() {  # ID: tf-insp-{sh,1}-{h1,h2} or floor-{sh,1}-{h1,h2}
 }
 
 all_cases=()
-[[ -z ${want_group[data]:-} ]] || all_cases+=(tf-dl aria-dl aria-k1m-dl curl-dl tf-get)
+[[ -z ${want_group[data]:-} ]] || all_cases+=(tf-dl tf-dl-warm aria-dl aria-k1m-dl curl-dl tf-get curl-plan-get)
 if [[ -n ${want_group[straggler]:-} ]]; then
   for p in "${phases[@]}"; do all_cases+=("tf-dl-strag$p" "aria-dl-strag$p"); done
 fi
 [[ -z ${want_group[loopback]:-} ]] || all_cases+=(tf-dl-lo aria-dl-lo curl-dl-lo tf-get-lo)
 [[ -z ${want_group[ceiling]:-} ]] || all_cases+=(aria-ceil-direct aria-ceil-proxy curl-ceil-direct curl-ceil-proxy)
+[[ -z ${want_group[maxrate]:-} ]] || all_cases+=(tf-dl-maxrate)
 [[ -z ${want_group[inspect]:-} ]] || all_cases+=(tf-insp-sh-h1 floor-sh-h1 tf-insp-1-h1 floor-1-h1
   tf-insp-sh-h2 floor-sh-h2 tf-insp-1-h2 floor-1-h2)
 (( ${#all_cases[@]} )) || die "no case selected"
 
 cat "$data"/* > /dev/null   # into the page cache: nginx reads from memory
+[[ -z $big ]] || cat "$big"/* > /dev/null
 sync
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 awk -v l="${load_start%% *}" -v n="$(nproc)" 'BEGIN {exit !(l > n / 2)}' &&
@@ -603,7 +688,9 @@ ratio() {  # A B [DECIMALS]
 }
 describe() {
   case $1 in
+    tf-dl-warm) echo "tf download (hosts.json)" ;; tf-dl-maxrate) echo "tf download --max-rate 40M" ;;
     tf-dl*) echo "tf download INDEX" ;; tf-get*) echo "tf get 2 layers" ;;
+    curl-plan-get) echo "curl -Z 64, get --plan" ;;
     aria-k1m*) echo "aria2c -x16 -s16 -j4 -k1M" ;; aria*) echo "aria2c -x16 -s16 -j4" ;;
     curl*) echo "curl 4 URLs" ;;
     tf-insp-sh*) echo "tf inspect sharded" ;; tf-insp-1*) echo "tf inspect single" ;;
@@ -614,11 +701,11 @@ where() {
   case $1 in
     *-strag*) echo "straggler ph ${1##*-strag}" ;; *-lo) echo "loopback" ;; *-ceil-direct) echo "plain direct" ;;
     *-ceil-proxy) echo "plain via proxy" ;; *-h1) echo "hub h1 ${inspect_rtt_ms}ms" ;;
-    *-h2) echo "hub h2 ${inspect_rtt_ms}ms" ;; *) echo "capped ${rtt_ms}ms" ;;
+    *-h2) echo "hub h2 ${inspect_rtt_ms}ms" ;; *-maxrate) echo "loopback 2 GB" ;; *) echo "capped ${rtt_ms}ms" ;;
   esac
 }
 peer_of() {  # the aria2c case on the same path
-  case $1 in *-strag*) echo "aria-dl-strag${1##*-strag}" ;; *-lo) echo aria-dl-lo ;; *-ceil-*) echo "" ;; *) echo aria-dl ;; esac
+  case $1 in *-strag*) echo "aria-dl-strag${1##*-strag}" ;; *-lo) echo aria-dl-lo ;; *-ceil-*|*-maxrate) echo "" ;; *) echo aria-dl ;; esac
 }
 echo
 printf '%-16s %-26s %-16s %10s %8s %7s %7s %-22s %s\n' case what path bytes seconds MB/s x_aria \
@@ -633,7 +720,7 @@ for id in "${all_cases[@]}"; do
   [[ -z $peer || $peer == "$id" ]] || xa=$(ratio "$(mbps "$id")" "$(mbps "$peer" || true)")
   note=${proto[$id]}
   [[ $id != *-strag* ]] || note+="; slow: ${slowflows[$id]}"
-  [[ $id == *-lo || $id == *-ceil-* ]] || note+="; flows/data ${flows[$id]}"
+  [[ $id == *-lo || $id == *-ceil-* || $id == *-maxrate ]] || note+="; flows/data ${flows[$id]}"
   note+="; RSS $(awk -v k="${peak_kb[$id]:-0}" 'BEGIN {printf "%.0f", k / 1024}') MiB"
   printf '%-16s %-26s %-16s %10d %8.3f %7s %7s %-22s %s\n' "$id" "$(describe "$id")" "$(where "$id")" \
     "${nbytes[$id]}" "${best_s[$id]}" "$(mbps "$id")" "$xa" "${conns[$id]} (${dconns[$id]})" "$note"
@@ -686,8 +773,19 @@ if [[ -n ${want_group[data]:-} ]]; then
     "(tf $(cn tf-dl || echo "${status[tf-dl]:-}"); aria2c $(cn aria-dl || echo "${status[aria-dl]:-}"))"
   goal "  (context) tf / curl" "$(ratio "$(mbps tf-dl || true)" "$(mbps curl-dl || true)" 3)" - 0 "(curl $(cn curl-dl || true))"
   goal "  (context) tf / aria2c -k1M" "$(ratio "$(mbps tf-dl || true)" "$(mbps aria-k1m-dl || true)" 3)" - 0 "(aria2c -k1M $(cn aria-k1m-dl || true))"
+  goal "download: tf / aria2c -x16 -s16 -j4 -k1M >= 1.2 (issue 20)" "$(ratio "$(mbps tf-dl || true)" "$(mbps aria-k1m-dl || true)" 3)" ">=" 1.2 \
+    "(tf $(cn tf-dl || echo "${status[tf-dl]:-}"); aria2c -k1M $(cn aria-k1m-dl || true))"
+  goal "  (context) tf with hosts.json / aria2c -k1M" "$(ratio "$(mbps tf-dl-warm || true)" "$(mbps aria-k1m-dl || true)" 3)" - 0 \
+    "(${learned_note:-nothing learned}; $(cn tf-dl-warm || echo "${status[tf-dl-warm]:-}"))"
   goal "partial get: tf selected MB/s / aria2c download MB/s >= 1.0" "$(ratio "$(mbps tf-get || true)" "$(mbps aria-dl || true)" 3)" ">=" 1.0 \
     "(tf get $(cn tf-get || echo "${status[tf-get]:-}"))"
+  goal "partial get: curl --parallel-max 64 wall / tf get wall >= 1.0 (issue 20)" "$(ratio "${best_s[curl-plan-get]:-}" "${best_s[tf-get]:-}" 3)" ">=" 1.0 \
+    "(curl: ${plan_pieces:-?} pieces of the plan's ${plan_bytes:-?} bytes, $(cn curl-plan-get || echo "${status[curl-plan-get]:-}"))"
+fi
+if [[ -n ${want_group[maxrate]:-} ]]; then
+  mr=$(ok tf-dl-maxrate && awk -v b="${nbytes[tf-dl-maxrate]}" -v s="${best_s[tf-dl-maxrate]}" 'BEGIN {printf "%.3f", b / s / 40e6}')
+  goal "--max-rate 40M over $((big_bytes / 1000000)) MB: measured / 40 MB/s within 0.95..1.05" "${mr:-}" - 0 \
+    "$( [[ -n $mr ]] && awk -v r="$mr" 'BEGIN {print (r >= 0.95 && r <= 1.05) ? "PASS" : "FAIL"}' || echo "${status[tf-dl-maxrate]:-}")"
 fi
 if [[ -n ${want_group[straggler]:-} ]]; then
   worst=""; worst_p=""   # the goal holds only if it holds for every phase

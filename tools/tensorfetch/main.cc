@@ -65,7 +65,7 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
       ->check(CLI::Range(std::uint64_t{64}, std::uint64_t{1} << 30));
   command.add_option("--connections", options.connections,
                      "Parallel HTTP transfers of tensor data, one TCP connection each, fixed at N (default: adaptive, "
-                     "from 16 up to --max-connections while more connections raise the rate)")
+                     "from 32 up to --max-connections while more connections raise the rate)")
       ->transform(plain_number(false))
       ->check(CLI::Range(std::size_t{1}, std::size_t{256}));
   command.add_option("--max-connections", options.max_connections,
