@@ -107,6 +107,9 @@ struct Remote {
   // S3: the bucket and key or prefix, and the signer every request's URL goes through.
   detail::S3Location s3_location;
   std::shared_ptr<detail::S3Signer> s3;
+  // The region an S3 answer said the bucket is in (a request sent to or signed for another):
+  // the open asks again there, once.
+  mutable std::string s3_region_hint;
 
   Remote(Checkpoint::Impl& into, const OpenOptions& open_options, detail::Location where)
       : impl(into), options(open_options), client(open_client(open_options)), location(std::move(where)) {}
@@ -136,7 +139,9 @@ struct Remote {
   // retry and fresh redirect is a network fault, not the repo's answer.
   Error response_error(const HttpResponse& r, const std::string& what) const {
     if (s3) {
-      return detail::s3_error(detail::S3Reply{r.status, r.body, header_or(r.headers, "x-amz-bucket-region")},
+      const detail::S3Reply reply{r.status, r.body, header_or(r.headers, "x-amz-bucket-region")};
+      if (auto region = detail::s3_region_hint(reply); !region.empty() && s3_region_hint.empty()) s3_region_hint = region;
+      return detail::s3_error(reply,
                               what.starts_with("s3://") ? what : s3_text(what),
                               s3->credentials_source(detail::unix_now()));
     }
@@ -939,11 +944,29 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
                                                           std::max<std::size_t>(1, options.connections));
   }
 
-  Result<void> opened = remote.open_location();  // steps 2 and 3
-  if (opened && !reuse_recorded_headers(impl, remote)) {
-    std::vector<std::optional<RemoteFileState>> states;
-    if (remote.pending_state) states.push_back(std::move(remote.pending_state));
-    opened = remote.load_headers(std::move(states));  // step 4
+  auto read = [&]() -> Result<void> {
+    Result<void> r = remote.open_location();  // steps 2 and 3
+    if (r && !reuse_recorded_headers(impl, remote)) {
+      std::vector<std::optional<RemoteFileState>> states;
+      if (remote.pending_state) states.push_back(std::move(remote.pending_state));
+      r = remote.load_headers(std::move(states));  // step 4
+    }
+    return r;
+  };
+  Result<void> opened = read();
+  if (!opened && remote.s3 && !remote.s3_region_hint.empty() &&
+      remote.s3_region_hint != remote.s3->endpoint().region) {
+    // S3 said the bucket is in another region (the configured one, or us-east-1 by default, was
+    // wrong): everything is asked again there, once.
+    remote.s3 = remote.s3->in_region(remote.s3_region_hint);
+    impl.s3 = remote.s3;
+    impl.files.clear();
+    impl.index.reset();
+    impl.index_name.clear();
+    impl.index_text.clear();
+    remote.index_windows.clear();
+    remote.pending_state.reset();
+    opened = read();
   }
   impl.requests = remote.client.stats().requests;
   if (!opened && remote.s3) {

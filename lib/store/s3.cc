@@ -187,6 +187,13 @@ Result<std::string> S3Signer::presign(std::string_view url, std::int64_t now, st
   return parts.authority + (parts.path.empty() ? "/" : parts.path) + "?" + query;
 }
 
+std::shared_ptr<S3Signer> S3Signer::in_region(const std::string& region) const {
+  S3Endpoint moved = endpoint_;
+  moved.region = region;
+  if (moved.endpoint_source.empty()) moved.endpoint = "https://s3." + region + ".amazonaws.com";
+  return std::make_shared<S3Signer>(std::move(moved), chain_);
+}
+
 std::string S3Signer::credentials_source(std::int64_t now) const {
   if (endpoint_.anonymous || !chain_) return {};
   auto c = chain_->get(now);
@@ -283,7 +290,8 @@ Error s3_error(const S3Reply& reply, const std::string& what, const std::string&
   } else if (code == "SlowDown" || reply.status == 503 || reply.status == 429) {
     kind = ErrorCode::RateLimited;
     text += ": the store asked to slow down, and still did after every retry";
-  } else if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || reply.status == 301) {
+  } else if (code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" ||
+             code == "AuthorizationQueryParametersError" || reply.status == 301) {
     const std::string region = !reply.bucket_region.empty() ? reply.bucket_region : body.region;
     text += region.empty() ? ": the bucket is in another region or behind another endpoint"
                            : ": the bucket is in region " + region + " (set AWS_REGION=" + region + ")";
@@ -292,6 +300,23 @@ Error s3_error(const S3Reply& reply, const std::string& what, const std::string&
     text += ": the object changed since it was opened (ETag no longer matches)";
   }
   return {kind, redact_signed_urls(text)};
+}
+
+std::string s3_region_hint(const S3Reply& reply) {
+  if (reply.status != 301 && reply.status != 400) return {};
+  const S3ErrorBody body = parse_s3_error(reply.body);
+  if (reply.status == 400 && body.code != "AuthorizationHeaderMalformed" &&
+      body.code != "AuthorizationQueryParametersError") {
+    return {};
+  }
+  const std::string region = !reply.bucket_region.empty() ? reply.bucket_region : body.region;
+  if (region.empty() || region.size() > 32) return {};
+  for (char c : region) {
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-')) {
+      return {};
+    }
+  }
+  return region;
 }
 
 std::int64_t unix_now() {

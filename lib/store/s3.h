@@ -92,6 +92,10 @@ class S3Signer {
   /// The endpoint settings.
   [[nodiscard]] const S3Endpoint& endpoint() const noexcept { return endpoint_; }
 
+  /// A signer for the same store and credentials in `region` (AWS's own endpoint follows the
+  /// region: https://s3.REGION.amazonaws.com; another endpoint stays).
+  [[nodiscard]] std::shared_ptr<S3Signer> in_region(const std::string& region) const;
+
  private:
   S3Endpoint endpoint_;
   std::shared_ptr<CredentialChain> chain_;
@@ -142,6 +146,12 @@ struct S3Reply {
 /// with backoff, as for 429); PermanentRedirect and wrong-region answers -> Network naming the
 /// bucket's region. S3's code and message are kept. Never contains a secret. Pure.
 [[nodiscard]] Error s3_error(const S3Reply& reply, const std::string& what, const std::string& source);
+
+/// The region S3 says the bucket is in, when an answer refuses a request for being sent to or
+/// signed for another one (301 PermanentRedirect, 400 AuthorizationHeaderMalformed or
+/// AuthorizationQueryParametersError, with `x-amz-bucket-region` or `<Region>`); else "". Only a
+/// plain region name is returned. Pure.
+[[nodiscard]] std::string s3_region_hint(const S3Reply& reply);
 
 /// Seconds since the epoch now (the signer's clock).
 [[nodiscard]] std::int64_t unix_now();

@@ -452,3 +452,22 @@ TEST_CASE("s3: credentials from a web identity: the token exchanged at STS (a lo
   sts.stop();
   sts_thread.join();
 }
+
+TEST_CASE("s3: a bucket in another region than the one configured: S3's answer names it, and the open asks again there once") {
+  if (!s3_available()) return;
+  S3World world({"--region", "eu-west-3"});
+  const S3Server& s3 = world.s3;
+  const auto r = run({"get", "s3://models/sharded/", "layers.3.weight", "-o", (world.tmp / "o.safetensors").string()});
+  REQUIRE(r.exit_code == 0);
+  const auto reqs = s3.requests();
+  REQUIRE(reqs.size() >= 2);
+  CHECK(reqs[0]["status"] == 400);
+  CHECK(reqs[0]["code"] == "AuthorizationQueryParametersError");
+  CHECK(reqs[0]["region"] == "us-east-1");
+  for (std::size_t i = 1; i < reqs.size(); ++i) {
+    CHECK(reqs[i]["region"] == "eu-west-3");
+    CHECK(reqs[i]["status"].get<int>() < 300);
+  }
+  CHECK(read_safetensors(world.tmp / "o.safetensors").tensors.at("layers.3.weight").bytes ==
+        tftest::pattern_bytes(200'000, 5));
+}

@@ -149,6 +149,23 @@ TEST_CASE("S3 error codes in words: kind, bucket and key, the store's words, whe
   CHECK_THAT(anon.message, Catch::Contains("unsigned request"));
 }
 
+TEST_CASE("wrong-region answers name the bucket's region; a signer moves there (AWS's endpoint with it)") {
+  const std::string malformed = "<Error><Code>AuthorizationQueryParametersError</Code><Region>eu-west-3</Region></Error>";
+  CHECK(s3_region_hint(S3Reply{400, malformed, ""}) == "eu-west-3");
+  CHECK(s3_region_hint(S3Reply{301, "<Error><Code>PermanentRedirect</Code></Error>", "ap-south-1"}) == "ap-south-1");
+  CHECK(s3_region_hint(S3Reply{400, "<Error><Code>InvalidArgument</Code><Region>x</Region></Error>", ""}).empty());
+  CHECK(s3_region_hint(S3Reply{403, malformed, ""}).empty());
+  CHECK(s3_region_hint(S3Reply{301, "", "evil/../host"}).empty());
+  auto aws = resolve_s3_endpoint(env_of({}), {}, {});
+  REQUIRE(aws);
+  const S3Signer signer(*aws, nullptr);
+  auto moved = signer.in_region("eu-west-3");
+  CHECK(moved->endpoint().region == "eu-west-3");
+  CHECK(moved->endpoint().endpoint == "https://s3.eu-west-3.amazonaws.com");
+  auto custom = resolve_s3_endpoint(env_of({{"AWS_ENDPOINT_URL", "http://minio:9000"}}), {}, {});
+  CHECK(S3Signer(*custom, nullptr).in_region("eu-west-3")->endpoint().endpoint == "http://minio:9000");
+}
+
 TEST_CASE("presigned URLs lose their query in messages; other URLs keep theirs") {
   CHECK(redact_signed_urls("GET http://h/b/k?X-Amz-Algorithm=A&X-Amz-Security-Token=SECRET: HTTP 500") ==
         "GET http://h/b/k: HTTP 500");

@@ -129,9 +129,10 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             return 400, "ExpiredToken", "The provided token has expired.", {}
         if want_token is not None and token != want_token:
             return 403, "InvalidToken", "The provided token is malformed or otherwise invalid.", {}
+        info["region"] = region
         if region != st.region:
-            return 400, "AuthorizationHeaderMalformed", "the region '%s' is wrong; expecting '%s'" % (region, st.region), {
-                "Region": st.region}
+            code = "AuthorizationHeaderMalformed" if info["auth"] == "header" else "AuthorizationQueryParametersError"
+            return 400, code, "the region '%s' is wrong; expecting '%s'" % (region, st.region), {"Region": st.region}
         signed_at = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
         now = datetime.datetime.now(datetime.timezone.utc)
         if expires is not None and now > signed_at + datetime.timedelta(seconds=expires):
@@ -178,7 +179,10 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             status, code, message, extra = refused
             info.update(status=status, code=code)
             st.log.write(json.dumps(info) + "\n")
-            return self.answer(status, error_xml(code, message, **extra), [("Content-Type", "application/xml")])
+            headers = [("Content-Type", "application/xml")]
+            if "Region" in extra:
+                headers.append(("x-amz-bucket-region", extra["Region"]))
+            return self.answer(status, error_xml(code, message, **extra), headers)
         forward = {k: v for k, v in self.headers.items()
                    if k.lower() not in ("authorization", "host") and not k.lower().startswith("x-amz-")}
         kept = [(k, v) for k, v in params if not k.startswith("X-Amz-")]
