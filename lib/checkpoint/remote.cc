@@ -33,8 +33,10 @@
 namespace tensorfetch {
 
 ServerWait server_wait(const detail::HttpWait& w) {
-  return ServerWait{w.url, static_cast<int>(w.status), static_cast<double>(w.wait_ms) / 1000.0,
-                    detail::describe_wait(w)};
+  // A presigned URL's query (an S3 request's, a CDN's) is a capability, for S3 with the session
+  // token in it: callers are told the URL without it.
+  return ServerWait{detail::redact_signed_urls(w.url), static_cast<int>(w.status),
+                    static_cast<double>(w.wait_ms) / 1000.0, detail::redact_signed_urls(detail::describe_wait(w))};
 }
 
 using detail::HttpRequest;

@@ -382,6 +382,8 @@ TEST_CASE("s3: SlowDown answers are retried with backoff, then the read succeeds
   const S3Server& s3 = world.s3;
   const auto r = run({"inspect", "s3://models/single/model.safetensors"});
   CHECK(r.exit_code == 0);
+  check_no_secrets(r);
+  CHECK(r.err.find("X-Amz-") == std::string::npos);  // the wait notice names no presigned URL
   const auto reqs = s3.requests();
   REQUIRE(reqs.size() == 3);
   CHECK(reqs[0]["status"] == 503);

@@ -180,6 +180,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             info.update(status=status, code=code)
             st.log.write(json.dumps(info) + "\n")
             headers = [("Content-Type", "application/xml")]
+            if code == "SlowDown":
+                headers.append(("Retry-After", "1"))
             if "Region" in extra:
                 headers.append(("x-amz-bucket-region", extra["Region"]))
             return self.answer(status, error_xml(code, message, **extra), headers)
