@@ -8,7 +8,6 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -46,9 +45,11 @@ def s3(tmp_path, monkeypatch):
     arrays = {f"w{i}": np.arange(i * 1000, i * 1000 + 1000, dtype=np.float32).reshape(10, 100) for i in range(3)}
     (tree / "model.safetensors").write_bytes(_safetensors(arrays))
     ready, log = tmp_path / "ready", tmp_path / "log.jsonl"
-    proc = subprocess.Popen([sys.executable, str(FIXTURE), "--root", str(tmp_path / "root"), "--ready", str(ready),
+    # (the fixture is a plain Python program: not under the sanitizer runtimes this suite may preload)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
+    proc = subprocess.Popen(["/usr/bin/python3", str(FIXTURE), "--root", str(tmp_path / "root"), "--ready", str(ready),
                              "--log", str(log), "--key", f"{KEY_ID}:{SECRET}:{TOKEN}",
-                             "--upload", f"bkt={tmp_path / 'tree'}"])
+                             "--upload", f"bkt={tmp_path / 'tree'}"], env=env)
     deadline = time.time() + 60
     while not ready.exists():
         assert proc.poll() is None and time.time() < deadline, "the S3 fixture did not start"
