@@ -11,7 +11,9 @@ packages=(
   libsimdjson-dev nlohmann-json3-dev          # JSON: parse headers (simdjson), emit JSON (nlohmann)
   libcli11-dev                                # CLI parsing
   libexpected-dev                             # tl::expected, the Result<T> of the public API
-  libssl-dev libcurl4-openssl-dev             # hashes/TLS (OpenSSL), HTTP (libcurl)
+  libssl-dev libcurl4-openssl-dev             # hashes/TLS/SigV4 (OpenSSL), HTTP (libcurl)
+  libexpat1-dev                               # XML: S3 listings and error answers (lib/store)
+  python3-botocore                            # tests: the S3 proxy checks SigV4 with AWS's own signer
   catch2 libcpp-httplib-dev                   # tests: Catch2 v2, cpp-httplib test server
   nginx-light                                 # tests: a real HTTP/2 + TLS server
   python3-dev pybind11-dev libdlpack-dev      # the Python extension: headers, pybind11, DLPack (torch views)
@@ -28,12 +30,28 @@ for arg in "$@"; do
   esac
 done
 
+# s3rver (npm) for the S3 tests (tests/cli/test_cli_s3.cc), into tools/node, pinned by its
+# package-lock.json; only when missing, and only where npm is on PATH (it is not a Debian package
+# here: Debian's npm conflicts with the nodejs some machines have).
+install_s3rver() {
+  local root
+  root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node"
+  if [[ -f "$root/node_modules/s3rver/bin/s3rver.js" ]]; then return 0; fi
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: npm not found: the S3 tests (cli_s3) will be skipped" >&2
+    return 0
+  fi
+  echo "install-deps: installing s3rver into $root"
+  npm ci --prefix "$root" --no-audit --no-fund
+}
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if (( ${#missing[@]} == 0 )); then
   echo "install-deps: all ${#packages[@]} packages present"
+  install_s3rver
   exit 0
 fi
 echo "install-deps: installing ${missing[*]}"
@@ -41,3 +59,4 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_s3rver

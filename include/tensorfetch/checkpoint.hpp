@@ -174,6 +174,16 @@ struct OpenOptions {
   /// Told when the open finds cached bytes of a file stale (see `StaleCache`); unset: nobody
   /// is told (they are retired all the same).
   StaleCacheCallback on_stale_cache;
+  /// S3 (`s3://` locations): the endpoint, e.g. `http://127.0.0.1:9000` for MinIO or a test
+  /// server (path-style addressing); empty: `$AWS_ENDPOINT_URL_S3`, else `$AWS_ENDPOINT_URL`, else
+  /// the profile's `endpoint_url`, else AWS's own (`https://BUCKET.s3.REGION.amazonaws.com`).
+  std::string s3_endpoint;
+  /// S3: send unsigned requests (a public bucket), as the AWS CLI's `--no-sign-request`; no
+  /// credentials are looked for.
+  bool s3_no_sign_request = false;
+  /// S3: how long the presigned URLs of requests and of `Checkpoint::plan` stay valid, in
+  /// seconds (1 to 604800, SigV4's limit; temporary credentials may end them sooner).
+  std::int64_t s3_presign_seconds = 3600;
 };
 
 /// Receives fetched bytes instead of the cache (see `FetchOptions::sink`): `bytes` of file
@@ -189,6 +199,9 @@ struct PlannedTransfer {
   ByteRange range;                      ///< with `Range: bytes=offset-(offset+length-1)`
   std::optional<std::string> if_match;  ///< send as `If-Match`; expect `206` and this exact range
   bool send_token = false;              ///< the URL is on the endpoint's host: send the token
+  /// A presigned URL (S3): when it stops working, in seconds since the epoch (it needs no
+  /// credentials until then); 0: no stated end.
+  std::int64_t expires_at = 0;
 };
 
 /// How to fetch tensor bytes. A plain value.

@@ -126,16 +126,6 @@ Result<void> write_meta(int dirfd, const std::string& dir_path, const BlobMeta& 
   return write_file_atomically_at(dirfd, "meta.json", to_json(meta).dump() + "\n", mode, dir_path);
 }
 
-std::string to_hex(const unsigned char* md, unsigned len) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
-  return out;
-}
-
 void punch_out(int fd, std::uint64_t size) {
   if (size > 0) ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(size));
 }
@@ -255,13 +245,6 @@ Result<std::shared_ptr<const CacheDir>> CacheDir::open(const std::string& path, 
   if (auto r = sub("blobs", dir->blobs_); !r) return fail(r.error());
   if (auto r = sub("snapshots", dir->snapshots_); !r) return fail(r.error());
   return std::shared_ptr<const CacheDir>(std::move(dir));
-}
-
-std::string sha256_hex(std::string_view bytes) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
-  return to_hex(md, len);
 }
 
 std::string git_blob_sha1(std::string_view content) {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "base/fs.h"
+#include "base/hash.h"
 #include "base/range_set.h"
 #include "tensorfetch/error.hpp"
 #include "base/thread_annotations.h"
@@ -86,9 +87,6 @@ class CacheDir {
   Modes modes_;
   UniqueFd root_, blobs_, snapshots_;
 };
-
-/// Lower-case hex sha256 of `bytes` (OpenSSL).
-[[nodiscard]] std::string sha256_hex(std::string_view bytes);
 
 /// Git's blob id of `content`: hex sha1 of "blob SIZE\0" + content (the Hub's ETag of small
 /// files, and the name huggingface_hub gives them in its cache).

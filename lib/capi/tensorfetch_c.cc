@@ -671,6 +671,11 @@ int tf_plan_send_token(const tf_plan* plan, size_t i) noexcept {
   return t != nullptr && t->send_token ? 1 : 0;
 }
 
+int64_t tf_plan_expires_at(const tf_plan* plan, size_t i) noexcept {
+  const auto* t = transfer_at(plan, i);
+  return t != nullptr ? t->expires_at : 0;
+}
+
 void tf_plan_free(tf_plan* plan) noexcept { delete plan; }
 
 tf_code tf_select_for_rank(const tf_checkpoint* checkpoint, size_t rank, size_t world, const char* rules_json,

@@ -28,12 +28,15 @@
 #include "hub/location.h"
 #include "net/http_client.h"
 #include "net/url.h"
+#include "store/s3.h"
 
 namespace tensorfetch {
 
 ServerWait server_wait(const detail::HttpWait& w) {
-  return ServerWait{w.url, static_cast<int>(w.status), static_cast<double>(w.wait_ms) / 1000.0,
-                    detail::describe_wait(w)};
+  // A presigned URL's query (an S3 request's, a CDN's) is a capability, for S3 with the session
+  // token in it: callers are told the URL without it.
+  return ServerWait{detail::redact_signed_urls(w.url), static_cast<int>(w.status),
+                    static_cast<double>(w.wait_ms) / 1000.0, detail::redact_signed_urls(detail::describe_wait(w))};
 }
 
 using detail::HttpRequest;
@@ -103,6 +106,12 @@ struct Remote {
   std::optional<RemoteFileState> pending_state;  // first bytes already read in round 1
   // Per file, the first read of its header when an index sized it (see `first_window`).
   std::vector<std::uint64_t> index_windows;
+  // S3: the bucket and key or prefix, and the signer every request's URL goes through.
+  detail::S3Location s3_location;
+  std::shared_ptr<detail::S3Signer> s3;
+  // The region an S3 answer said the bucket is in (a request sent to or signed for another):
+  // the open asks again there, once.
+  mutable std::string s3_region_hint;
 
   Remote(Checkpoint::Impl& into, const OpenOptions& open_options, detail::Location where)
       : impl(into), options(open_options), client(open_client(open_options)), location(std::move(where)) {}
@@ -110,6 +119,11 @@ struct Remote {
   HttpRequest request(std::string url, std::optional<ByteRange> range, std::uint64_t max_body) const {
     HttpRequest r;
     r.url = std::move(url);
+    if (s3) {
+      // Checked when the open began (resolve_s3): credentials were found then, and the chain
+      // keeps them. Should they be gone now, the unsigned request's 403 says so.
+      if (auto signed_url = s3->presign(r.url, detail::unix_now(), options.s3_presign_seconds)) r.url = *signed_url;
+    }
     r.range = range;
     r.max_body = max_body;
     r.bearer_token = token;
@@ -126,6 +140,13 @@ struct Remote {
   // Hub's rules: lib/hub/hub_errors.h). A CDN that kept failing on a valid request after every
   // retry and fresh redirect is a network fault, not the repo's answer.
   Error response_error(const HttpResponse& r, const std::string& what) const {
+    if (s3) {
+      const detail::S3Reply reply{r.status, r.body, header_or(r.headers, "x-amz-bucket-region")};
+      if (auto region = detail::s3_region_hint(reply); !region.empty() && s3_region_hint.empty()) s3_region_hint = region;
+      return detail::s3_error(reply,
+                              what.starts_with("s3://") ? what : s3_text(what),
+                              s3->credentials_source(detail::unix_now()));
+    }
     const std::string first_url = r.redirects.empty() ? r.url : r.redirects.front().url;
     if ((r.status == 400 || r.status == 403 || r.status == 416) && !r.redirects.empty() &&
         detail::url_authority(r.url) != detail::url_authority(first_url)) {
@@ -216,6 +237,12 @@ struct Remote {
     if (!etag.empty()) state.range_etag = etag;
     if (!linked.empty() || !etag.empty()) file.etag = linked.empty() ? etag : linked;
     file.url = r.url;
+    if (s3) {
+      // The object's plain URL (no signature, no session token): the blob's identity, what
+      // snapshots record and messages name. Every request signs it afresh.
+      file.url = detail::without_query(r.url);
+      state.resolve_url = file.url;
+    }
     if (auto c = note_commit(*facts, what); !c) return fail(c.error());
     state.prefix = r.body;
     state.prefix_received = true;
@@ -554,12 +581,103 @@ struct Remote {
     return {};
   }
 
+  // `s3://BUCKET/KEY` of a file of this checkpoint (or of `what`, a key's last part), for messages.
+  std::string s3_text(const std::string& what) const {
+    std::string key = s3_location.key;
+    if (!s3_location.is_prefix()) key = key.substr(0, key.rfind('/') + 1);
+    if (what.find('/') == std::string::npos && !what.empty() && what.find(' ') == std::string::npos) key += what;
+    return "s3://" + s3_location.bucket + "/" + key;
+  }
+
+  // Step 2 for S3, a prefix: ListObjectsV2 (delimiter '/', every page); the checkpoint is the
+  // index there (model.safetensors.index.json first, else the only index), else
+  // model.safetensors, else the only .safetensors file, else every .safetensors file listed.
+  Result<std::vector<std::string>> list_s3_prefix() {
+    std::vector<detail::S3Object> objects;
+    std::string continuation;
+    const std::string where = "s3://" + s3_location.bucket + "/" + s3_location.key;
+    for (int page = 0;; ++page) {
+      if (page == 10'000) return fail(ErrorCode::BadResponse, where + ": more than 10000 pages of listing");
+      const std::string url = detail::s3_list_url(s3->endpoint(), s3_location.bucket, s3_location.key, continuation);
+      std::vector<HttpRequest> reqs{request(url, std::nullopt, 64 << 20)};
+      auto results = client.perform(reqs);
+      if (!results[0]) return fail(results[0].error().with_context(where + " (listing)"));
+      const HttpResponse& r = *results[0];
+      if (r.status != 200) return fail(response_error(r, where + " (listing)"));
+      auto listed = detail::parse_list_objects_v2(r.body);
+      if (!listed) return fail(listed.error().with_context(where));
+      for (auto& o : listed->objects) objects.push_back(std::move(o));
+      if (!listed->truncated) break;
+      continuation = listed->continuation;
+    }
+    std::vector<std::string> names, indexes;
+    for (const auto& o : objects) {
+      if (!o.key.starts_with(s3_location.key)) continue;
+      const std::string name = o.key.substr(s3_location.key.size());
+      if (name.empty() || name.find('/') != std::string::npos) continue;
+      if (!detail::is_index_path(name) && !name.ends_with(".safetensors")) continue;
+      // A listed name becomes a file name (download -o DIR): the rules of an index's shard names.
+      if (auto ok = check_shard_name(name); !ok) return fail(ok.error().with_context(where + " (listing)"));
+      if (detail::is_index_path(name)) indexes.push_back(name);
+      if (name.ends_with(".safetensors")) names.push_back(name);
+    }
+    auto has = [](const std::vector<std::string>& v, const char* n) { return std::find(v.begin(), v.end(), n) != v.end(); };
+    if (has(indexes, "model.safetensors.index.json")) return std::vector<std::string>{"model.safetensors.index.json"};
+    if (indexes.size() == 1) return indexes;
+    if (!indexes.empty()) {
+      return fail(ErrorCode::InvalidArgument, where + " holds " + std::to_string(indexes.size()) +
+                                                  " indexes and none is model.safetensors.index.json: name one (" +
+                                                  indexes[0] + ", " + indexes[1] + (indexes.size() > 2 ? ", ..." : "") + ")");
+    }
+    if (has(names, "model.safetensors")) return std::vector<std::string>{"model.safetensors"};
+    if (names.empty()) {
+      return fail(ErrorCode::RemoteNotFound, where + ": no .safetensors file or index under this prefix (" +
+                                                 std::to_string(objects.size()) + " objects listed)");
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // Step 2 for S3: an object (an index is read now; a file is added) or a prefix (listed).
+  Result<void> open_s3() {
+    std::vector<std::string> names;
+    if (s3_location.is_prefix()) {
+      auto listed = list_s3_prefix();
+      if (!listed) return fail(listed.error());
+      names = std::move(*listed);
+    } else {
+      const auto slash = s3_location.key.rfind('/');
+      names.push_back(slash == std::string::npos ? s3_location.key : s3_location.key.substr(slash + 1));
+    }
+    const std::string dir = s3_location.is_prefix() ? s3_location.key
+                                                    : s3_location.key.substr(0, s3_location.key.rfind('/') + 1);
+    if (names.size() == 1 && detail::is_index_path(names[0])) {
+      const std::string url = detail::s3_object_url(s3->endpoint(), s3_location.bucket, dir + names[0]);
+      std::vector<HttpRequest> reqs{request(url, std::nullopt, kMaxIndexSize)};
+      auto results = client.perform(reqs);
+      if (!results[0]) return fail(results[0].error().with_context(names[0]));
+      const HttpResponse& r = *results[0];
+      if (r.status != 200) return fail(response_error(r, names[0]));
+      return use_index(r.body, names[0], [&](const std::string& shard) { return detail::sibling_url(url, shard); });
+    }
+    for (const auto& name : names) add_file(name, detail::s3_object_url(s3->endpoint(), s3_location.bucket, dir + name));
+    return {};
+  }
+
   // Step 2: what the location names, read in the fewest round trips (see the top of this file).
-  Result<void> open_location() { return location.kind == detail::LocationKind::Http ? open_url() : open_hub(); }
+  Result<void> open_location() {
+    if (location.kind == detail::LocationKind::S3) return open_s3();
+    return location.kind == detail::LocationKind::Http ? open_url() : open_hub();
+  }
 
   // The name of the snapshot manifest of this location at `revision` (a Hub repo) or of its URL.
   std::string snapshot_key(const std::string& revision) const {
     if (location.kind == detail::LocationKind::Http) return detail::sha256_hex("url\n" + location.url);
+    if (location.kind == detail::LocationKind::S3) {
+      // The store, bucket and key (or prefix): the same manifest whatever the credentials.
+      return detail::sha256_hex("s3\n" + (s3 ? s3->endpoint().endpoint : std::string()) + "\n" + s3_location.bucket +
+                                "\n" + s3_location.key);
+    }
     return detail::sha256_hex("hub\n" + endpoint + "\n" + (location.hub.dataset ? "datasets/" : "") +
                               location.hub.repo_id + "\n" + revision + "\n" + location.hub.path.value_or(""));
   }
@@ -591,6 +709,37 @@ Result<void> resolve_location(Remote& remote, const detail::HubEnvironment& hf) 
     remote.token_source = hf.token->source;
   }
   remote.token_authority = detail::url_authority(remote.endpoint);
+  if (remote.location.kind == detail::LocationKind::S3) {
+    remote.token.clear();  // a Hugging Face token never goes to an object store
+    remote.token_authority.clear();
+    remote.token_source.clear();
+  }
+  return {};
+}
+
+// Step 1 for S3: the bucket and key, the endpoint and region (options, environment, profile),
+// and the credential chain (not asked yet: an offline open needs none).
+Result<void> resolve_s3(Remote& remote) {
+  const OpenOptions& options = remote.options;
+  auto where = detail::parse_s3_location(remote.location.url);
+  if (!where) return fail(where.error());
+  remote.s3_location = std::move(*where);
+  const auto env = detail::process_environment();
+  const auto files = detail::AwsSharedFiles::from(env);
+  auto profile = files.settings();
+  if (!profile) return fail(profile.error());
+  auto endpoint = detail::resolve_s3_endpoint(env, *profile, {options.s3_endpoint, options.s3_no_sign_request});
+  if (!endpoint) return fail(endpoint.error());
+  remote.s3 = std::make_shared<detail::S3Signer>(
+      std::move(*endpoint), options.s3_no_sign_request ? nullptr : detail::default_credential_chain(env));
+  return {};
+}
+
+// Before the first S3 request: credentials must exist (else "no AWS credentials found", listing
+// where the chain looked), unless the open is anonymous.
+Result<void> check_s3_credentials(const Remote& remote, std::string_view location_text) {
+  auto probe = remote.s3->presign(remote.s3->endpoint().endpoint + "/", detail::unix_now(), 60);
+  if (!probe) return fail(probe.error().with_context(std::string(location_text)));
   return {};
 }
 
@@ -613,6 +762,8 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
   impl.max_connections = std::max<std::size_t>(1, options.max_connections);
   impl.max_rate = options.max_rate;
   impl.endpoint = remote.endpoint;
+  impl.s3 = remote.s3;
+  impl.presign_seconds = options.s3_presign_seconds;
   impl.token = remote.token;
   impl.token_authority = remote.token_authority;
   impl.cache_root = !options.cache_dir.empty() ? options.cache_dir : detail::default_cache_root();
@@ -717,7 +868,9 @@ Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl)
   if (!impl.remote || impl.hub || impl.offline) return std::optional<std::string>{};
   std::lock_guard lock(impl.url_config_mutex);  // one request, also for concurrent callers
   if (impl.url_config) return *impl.url_config;
-  const std::string url = detail::sibling_url(impl.location, "config.json");
+  // Beside the location; for S3 beside its first file (a location `s3://...` is no URL).
+  const std::string url = detail::sibling_url(impl.s3 && !impl.files.empty() ? impl.files[0].info.url : impl.location,
+                                              "config.json");
   // On the open's client, whose idle connection to that host saves a TCP and TLS handshake;
   // with the checkpoint's settings (not the open's cancel token). Nothing else uses it now.
   std::optional<detail::HttpClient> own;
@@ -725,6 +878,11 @@ Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl)
   if (client == nullptr || !client->reconfigure(impl.http)) client = &own.emplace(impl.http);
   HttpRequest r;
   r.url = url;
+  if (impl.s3) {
+    auto signed_url = impl.s3->presign(url, detail::unix_now(), impl.presign_seconds);
+    if (!signed_url) return fail(signed_url.error());
+    r.url = *signed_url;
+  }
   r.max_body = kMaxConfigSize;
   r.bearer_token = impl.token;
   r.token_authority = impl.token_authority;  // the token goes to the endpoint's host only
@@ -749,8 +907,15 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   // as an option: the token variables and file are not read at all).
   auto hf = detail::read_hub_environment(detail::process_environment(), !options.token);
   if (!hf) return fail(hf.error());
+  if (options.s3_presign_seconds < 1 || options.s3_presign_seconds > 604800) {
+    return fail(ErrorCode::InvalidArgument, "s3_presign_seconds " + std::to_string(options.s3_presign_seconds) +
+                                                " is outside 1 to 604800 (SigV4's limit of 7 days)");
+  }
   Remote remote(impl, options, std::move(*location));
   if (auto r = resolve_location(remote, *hf); !r) return r;
+  if (remote.location.kind == detail::LocationKind::S3) {
+    if (auto r = resolve_s3(remote); !r) return r;
+  }
   record_settings(impl, remote, *hf);
   // Step 5: a later open at the commit these files were read at finds what a fetch records.
   auto add_commit_key = [&] {
@@ -767,6 +932,9 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     return use_hf_cache_copies(impl, remote.hf_repo_dir);
   }
   if (impl.offline) return open_without_network(impl, remote, location_text);
+  if (remote.s3) {
+    if (auto r = check_s3_credentials(remote, location_text); !r) return r;
+  }
   // The data connections, opened while the index and headers are read (a URL's files lie
   // beside it, on its host): each by a GET of the location's first byte, redirects not
   // followed. Not toward the Hub endpoint: its resolves count against a rate limit, and the
@@ -779,13 +947,38 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
         impl.http, std::move(warm), detail::data_connections_to_start(impl, detail::url_authority(remote.location.url)));
   }
 
-  Result<void> opened = remote.open_location();  // steps 2 and 3
-  if (opened && !reuse_recorded_headers(impl, remote)) {
-    std::vector<std::optional<RemoteFileState>> states;
-    if (remote.pending_state) states.push_back(std::move(remote.pending_state));
-    opened = remote.load_headers(std::move(states));  // step 4
+  auto read = [&]() -> Result<void> {
+    Result<void> r = remote.open_location();  // steps 2 and 3
+    if (r && !reuse_recorded_headers(impl, remote)) {
+      std::vector<std::optional<RemoteFileState>> states;
+      if (remote.pending_state) states.push_back(std::move(remote.pending_state));
+      r = remote.load_headers(std::move(states));  // step 4
+    }
+    return r;
+  };
+  Result<void> opened = read();
+  if (!opened && remote.s3 && !remote.s3_region_hint.empty() &&
+      remote.s3_region_hint != remote.s3->endpoint().region) {
+    // S3 said the bucket is in another region (the configured one, or us-east-1 by default, was
+    // wrong): everything is asked again there, once.
+    remote.s3 = remote.s3->in_region(remote.s3_region_hint);
+    impl.s3 = remote.s3;
+    impl.files.clear();
+    impl.index.reset();
+    impl.index_name.clear();
+    impl.index_text.clear();
+    remote.index_windows.clear();
+    remote.pending_state.reset();
+    opened = read();
   }
   impl.requests = remote.client.stats().requests;
+  if (!opened && remote.s3) {
+    // No presigned URL (signature, session token) in a message.
+    Error e = opened.error();
+    if (!e.message.starts_with(std::string(location_text) + ":")) e = e.with_context(std::string(location_text));
+    e.message = detail::redact_signed_urls(e.message);
+    return fail(e);
+  }
   if (!opened) return fail(opened.error().with_context(std::string(location_text)));
   impl.open_client = std::make_unique<detail::HttpClient>(std::move(remote.client));
   add_commit_key();  // step 5

@@ -22,14 +22,6 @@ std::string get(const EnvLookup& env, const char* name) { return env(name).value
 
 }  // namespace
 
-EnvLookup process_environment() {
-  return [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    if (v == nullptr) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 bool env_true(std::string_view value) noexcept {
   value = trim_space(value);
   auto is = [&](std::string_view word) {

@@ -18,15 +18,10 @@
 #include <string>
 #include <string_view>
 
+#include "base/env.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
-
-/// Looks an environment variable up: its value, or nullopt when unset.
-using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
-
-/// The process environment (`std::getenv`).
-[[nodiscard]] EnvLookup process_environment();
 
 /// A token and where it came from ("HF_TOKEN", "the file /root/.cache/huggingface/token", ...).
 struct HubToken {

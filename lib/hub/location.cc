@@ -135,6 +135,7 @@ Result<void> check_revision(std::string_view rev) {
 LocationKind classify_location(std::string_view location) noexcept {
   if (location.starts_with("http://") || location.starts_with("https://")) return LocationKind::Http;
   if (location.starts_with("hf://")) return LocationKind::Hub;
+  if (location.starts_with("s3://")) return LocationKind::S3;
   return LocationKind::Local;
 }
 
@@ -156,6 +157,10 @@ Result<Location> parse_location(std::string_view text, bool local_exists) {
       loc.hub = std::move(*hub);
       return loc;
     }
+    case LocationKind::S3:
+      loc.kind = LocationKind::S3;
+      loc.url = std::string(text);
+      return loc;
     case LocationKind::Local:
       break;
   }

@@ -17,6 +17,7 @@ enum class LocationKind {
   Local,  ///< a path on this machine
   Http,   ///< http:// or https:// URL of a .safetensors file or an index
   Hub,    ///< a Hugging Face Hub repo: hf://ORG/NAME[@REV][/PATH] or a bare ORG/NAME
+  S3,     ///< s3://BUCKET/KEY or s3://BUCKET/PREFIX/ (parsed by the store layer: store/s3.h)
 };
 
 /// A Hub repo and what in it.
@@ -32,7 +33,7 @@ struct Location {
   LocationKind kind = LocationKind::Local;
   std::string text;  ///< as given
   std::string path;  ///< Local: the path
-  std::string url;   ///< Http: the URL
+  std::string url;   ///< Http: the URL; S3: the location as given
   HubRef hub;        ///< Hub: the repo
 };
 

@@ -271,6 +271,7 @@ TEST_CASE("C API: a local checkpoint has no commit, plans no transfer and publis
   CHECK(tf_plan_count(nullptr) == 0);
   CHECK(tf_plan_url(nullptr, 0) == nullptr);
   CHECK(tf_plan_send_token(nullptr, 0) == 0);
+  CHECK(tf_plan_expires_at(nullptr, 0) == 0);
   tf_plan_free(nullptr);
 
   std::size_t published = 99;

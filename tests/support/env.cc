@@ -29,4 +29,12 @@ void ScopedEnv::set(const std::string& name, const std::optional<std::string>& v
   apply(name, value);
 }
 
+std::function<std::optional<std::string>(const char* name)> env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
 }  // namespace tftest

@@ -2,11 +2,16 @@
 // Shared by every test suite: environment variables set or removed for a scope.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 
 namespace tftest {
+
+/// An environment lookup over `vars` only (the library's `detail::EnvLookup`): the readers of
+/// the environment (the Hub's settings, AWS credentials and endpoints) see exactly these.
+std::function<std::optional<std::string>(const char* name)> env_of(std::map<std::string, std::string> vars);
 
 /// Sets or removes environment variables for the life of the object, then restores each to
 /// what it was before the first change (set again, or removed). Not thread-safe (setenv is

@@ -12,20 +12,14 @@
 #include "hub/environment.h"
 #include "hub/hub_errors.h"
 #include "net/http_client.h"
+#include "support/env.hpp"
 #include "support/files.hpp"
 
 using namespace tensorfetch;
 using namespace tensorfetch::detail;
+using tftest::env_of;
 
 namespace {
-
-EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars = std::move(vars)](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
 
 // A directory holding a file `token` with this content.
 struct TokenFile {

@@ -44,6 +44,11 @@ TEST_CASE("location: hf://ORG/NAME[@REV][/PATH], datasets, bare ORG/NAME, URLs a
   CHECK(local->kind == LocationKind::Local);
   CHECK(parse_location("./model", false)->kind == LocationKind::Local);
   CHECK(parse_location("https://example.org/x.safetensors", false)->kind == LocationKind::Http);
+  // s3:// is the store layer's (store/s3.h parses bucket and key), even where a path exists.
+  auto s3 = parse_location("s3://bucket/models/", true);
+  REQUIRE(s3);
+  CHECK(s3->kind == LocationKind::S3);
+  CHECK(s3->url == "s3://bucket/models/");
 }
 
 TEST_CASE("location: invalid repo ids, empty revisions and unsafe paths are refused naming the part", "[location]") {

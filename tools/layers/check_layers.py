@@ -26,6 +26,7 @@ PROBES = {
     "format": ["format/json_internal.h", "tensorfetch/format.hpp"],
     "net": ["net/http_client.h"],
     "hub": ["hub/location.h"],
+    "store": ["store/s3.h"],
     "cache": ["cache/blob.h", "tensorfetch/cache.hpp"],
     "fetch": ["fetch/planner.h", "tensorfetch/progress.hpp"],
     "checkpoint": ["checkpoint/checkpoint_internal.h", "tensorfetch/checkpoint.hpp"],

@@ -170,7 +170,8 @@ int run_get_plan(const GetOptions& options) {
         {"length", t.range.length},
         {"range", "bytes=" + std::to_string(t.range.offset) + "-" + std::to_string(t.range.end() - 1)},
         {"if_match", t.if_match ? ordered_json(*t.if_match) : ordered_json(nullptr)},
-        {"send_token", t.send_token}});
+        {"send_token", t.send_token},
+        {"expires_at", t.expires_at != 0 ? ordered_json(t.expires_at) : ordered_json(nullptr)}});
   }
   out.end_array();
   out.member("bytes", bytes);

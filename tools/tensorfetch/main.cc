@@ -57,6 +57,15 @@ CLI::Validator plain_number(bool sized) {
 
 void add_open_options(CLI::App& command, OpenOptions& options) {
   command.add_option("--endpoint", options.endpoint, "Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)");
+  command.add_option("--s3-endpoint", options.s3_endpoint,
+                     "S3 endpoint for s3:// locations, e.g. http://127.0.0.1:9000 (path-style; default: "
+                     "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)");
+  command.add_flag("--no-sign-request", options.s3_no_sign_request,
+                   "S3: send unsigned requests (a public bucket); no credentials are looked for");
+  command.add_option("--presign-expires", options.s3_presign_seconds,
+                     "S3: seconds the presigned URLs (of requests and of get --plan) stay valid (default 3600, at most 604800)")
+      ->transform(plain_number(false))
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{604800}));
   command.add_option("--cacert", options.ca_file, "CA bundle for TLS (default: $CURL_CA_BUNDLE or the system's)");
   command.add_option("--window", options.header_window,
                      "Bytes asked for by the first range request of each file (default 262144; a shard of an index asks for what the index says its header needs, at most this)")

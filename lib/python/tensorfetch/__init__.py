@@ -17,7 +17,8 @@ they keep alive themselves. Locations and options are the CLI's (``tensorfetch -
 keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections`` (fixed; unset:
 adaptive), ``max_connections`` (the adaptive ceiling), ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``max_rate``,
 ``cache_dir``, ``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``,
-``chunk_size``, ``coalesce_gap``, ``coalesce_overfetch_percent``. ``warm_connections=True`` opens
+``chunk_size``, ``coalesce_gap``, ``coalesce_overfetch_percent``; for ``s3://`` locations
+``s3_endpoint``, ``no_sign_request`` and ``presign_expires`` (seconds). ``warm_connections=True`` opens
 the data connections of an http(s) location while its headers are read, for a fetch right after
 (``load`` and ``download`` set it unless told otherwise). ``max_rate`` caps every fetch of the
 checkpoint at that many bytes per second, all connections together (0 or None: no cap; else at
@@ -82,6 +83,9 @@ _OPEN_OPTIONS: Dict[str, Tuple[str, int, int]] = {
     "shared_cache": ("bool", 0, 0),
     "hf_hub_cache": ("path", 0, 0),
     "warm_connections": ("bool", 0, 0),
+    "s3_endpoint": ("str", 0, 0),
+    "no_sign_request": ("bool", 0, 0),
+    "presign_expires": ("int", 1, 604800),
 }
 # The smallest non-zero max_rate (bytes per second), as the library's kMinMaxRate.
 _MIN_MAX_RATE = 1024
@@ -644,8 +648,9 @@ def plan(location: Union[str, "os.PathLike[str]"], names: Union[None, str, Itera
          **options: Any) -> List[Dict[str, Any]]:
     """The transfers a fetch of ``names`` (None: every tensor) would make, without making them:
     what the cache lacks, coalesced and chunked, as dicts with file, url, offset, length,
-    if_match (send it as ``If-Match``; expect ``206`` and exactly that range) and send_token
-    (the URL is on the endpoint's host: send the token)."""
+    if_match (send it as ``If-Match``; expect ``206`` and exactly that range), send_token
+    (the URL is on the endpoint's host: send the token) and expires_at (a presigned ``s3://``
+    URL: valid without credentials until then, seconds since the epoch; else None)."""
     with safe_open(location, framework="np", **options) as f:
         return f.plan(names)
 

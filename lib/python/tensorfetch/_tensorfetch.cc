@@ -89,6 +89,9 @@ tf::OpenOptions open_options(const py::dict& d) {
   if (auto v = get("shared_cache")) o.shared_cache = v->cast<bool>();
   if (auto v = get("hf_hub_cache")) o.hf_hub_cache = v->cast<std::string>();
   if (auto v = get("warm_connections")) o.warm_connections = v->cast<bool>();
+  if (auto v = get("s3_endpoint")) o.s3_endpoint = v->cast<std::string>();
+  if (auto v = get("no_sign_request")) o.s3_no_sign_request = v->cast<bool>();
+  if (auto v = get("presign_expires")) o.s3_presign_seconds = v->cast<std::int64_t>();
   return o;
 }
 
@@ -683,6 +686,7 @@ py::list plan_list(PyCheckpoint& h, const std::vector<tf::Selection>& selection)
     d["length"] = t.range.length;
     d["if_match"] = optional_str(t.if_match);
     d["send_token"] = t.send_token;
+    d["expires_at"] = t.expires_at != 0 ? py::object(py::int_(t.expires_at)) : py::object(py::none());
     out.append(d);
   }
   return out;
