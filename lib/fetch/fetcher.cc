@@ -313,9 +313,12 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
       coalesce_within(missing, settings.max_gap, overfetch_budget(total, settings.max_gap, settings.overfetch_percent));
   total = 0;
   for (const auto& r : ranges) total += total_bytes(r);
-  // Adaptive connections may grow to the ceiling: pieces small enough for all of them (the
-  // scheduler joins neighbours while fewer run, see Scheduler::absorb).
-  const std::size_t plan_for = std::max(settings.http.max_parallel, settings.max_connections);
+  // Adaptive connections may grow to the ceiling: pieces small enough for 4 per connection at
+  // the ceiling, so that the last of them still spread over every connection (the scheduler
+  // joins neighbours into longer ranges while more work is queued, see Scheduler::absorb).
+  const std::size_t plan_for =
+      settings.max_connections > 0 ? std::max(settings.http.max_parallel, settings.max_connections) * 4
+                                   : settings.http.max_parallel;
   const std::uint64_t chunk = chunk_size_for(total, plan_for, settings.min_chunk, settings.max_chunk);
   std::vector<PlannedChunk> out;
   for (std::size_t i = 0; i < files.size(); ++i) {
