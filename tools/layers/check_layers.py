@@ -30,6 +30,7 @@ PROBES = {
     "fetch": ["fetch/planner.h", "tensorfetch/progress.hpp"],
     "checkpoint": ["checkpoint/checkpoint_internal.h", "tensorfetch/checkpoint.hpp"],
     "cluster": ["cluster/plan.h", "tensorfetch/mpi.hpp"],  # built with the meson feature `mpi`
+    "mount": ["mount/readahead.h", "tensorfetch/mount.hpp"],  # built with the meson feature `fuse`
 }
 
 

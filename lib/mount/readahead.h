@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// Private to the mount binding: the sequential-read detector (Mountpoint's prefetcher shape: a
+// window that grows while reads follow each other and resets on a seek), and the tensor-aware
+// planning of what a read fetches. Pure: no I/O, tested by tests/unit/test_mount_reads.cc.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tensorfetch/byte_range.hpp"
+
+namespace tensorfetch::mount {
+
+/// Detects sequential consumption of one open file and says what to fetch ahead of it. A read
+/// that starts where the last one ended (or a little after: `kSlack`, readers with several
+/// threads) is sequential and doubles the window, from `initial` up to `max`; any other read is a
+/// seek and resets it. Each range returned starts where the last one ended, so nothing is asked
+/// for twice. A plain value; not thread-safe (one per open file, under its owner's lock).
+class Readahead {
+ public:
+  /// Reads this far past the expected offset still count as sequential.
+  static constexpr std::uint64_t kSlack = 1 << 20;
+
+  /// A window of `initial` bytes on the first sequential read, doubling up to `max`.
+  Readahead(std::uint64_t initial, std::uint64_t max) noexcept : initial_(initial), max_(max < initial ? initial : max) {}
+
+  /// Told of a read of `read` in a file of `file_size` bytes; returns the bytes to fetch ahead
+  /// of it (length 0: none: a seek, the first read, or the window already asked for).
+  [[nodiscard]] ByteRange on_read(ByteRange read, std::uint64_t file_size) noexcept;
+
+  /// The current window (0 after a seek).
+  [[nodiscard]] std::uint64_t window() const noexcept { return window_; }
+
+ private:
+  std::uint64_t initial_, max_;
+  bool started_ = false;
+  std::uint64_t last_offset_ = 0, expected_ = 0;  // the last read's start and end
+  std::uint64_t window_ = 0;
+  std::uint64_t ahead_end_ = 0;  // the end of what was last returned
+};
+
+/// The byte ranges a read of `read` fetches in a safetensors file: every tensor it touches,
+/// whole when the tensor has at most `window` bytes, else the `window`-aligned pieces of that
+/// tensor (counted from its first byte) that the read touches, so that readers of one row of a
+/// huge tensor fetch one window, and neighbouring readers share aligned pieces. `tensors` are the
+/// file's tensors as byte ranges of the whole file, sorted by offset (a header's order); bytes
+/// of `read` outside every tensor (the header) fetch nothing. Sorted, not overlapping.
+[[nodiscard]] std::vector<ByteRange> tensor_ranges_for(std::span<const ByteRange> tensors, ByteRange read,
+                                                       std::uint64_t window);
+
+}  // namespace tensorfetch::mount
