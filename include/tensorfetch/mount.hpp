@@ -29,6 +29,10 @@ struct MountOptions {
   /// A read inside a tensor of at most this many bytes fetches the whole tensor; in a larger one,
   /// the `tensor_window`-aligned pieces (from the tensor's first byte) that the read touches.
   std::uint64_t tensor_window = 64 << 20;
+  /// Read-ahead of a sequential reader of one open file starts once it has read this many bytes
+  /// in a row (so that a reader of one tensor, whose pages come as several reads, does not
+  /// fetch the tensors after it).
+  std::uint64_t readahead_trigger = 4 << 20;
   /// Read-ahead of a sequential reader of one open file: the first window, in bytes, doubling
   /// with each sequential read up to `readahead_max` (whole tensors in safetensors files, so
   /// a loader walking tensors in file order finds the next ones fetched); reset on a seek.
@@ -81,8 +85,10 @@ class TENSORFETCH_API Mount {
   /// signals.
   [[nodiscard]] Result<void> run();
 
-  /// Asks `run` to stop: fetches are cancelled, waiting readers get `EIO`, the directory is
-  /// unmounted. Thread-safe; not async-signal-safe (signals are `run`'s own).
+  /// Stops the mount, as SIGTERM does: fetches are cancelled, readers waiting get `EIO`, the
+  /// directory is unmounted lazily (new opens fail; reads under way get `EIO`), and `run` returns
+  /// when the last open file is closed, or after 10 s anyway. Returns when `run`'s loop has ended
+  /// or those 10 s have passed. Thread-safe; not async-signal-safe (signals are `run`'s own).
   void exit();
 
   /// The totals so far. Thread-safe.

@@ -12,10 +12,13 @@
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -53,24 +56,11 @@ struct Node {
 struct Handle {
   std::mutex mutex;
   mount::Readahead readahead;
-  Handle(std::uint64_t initial, std::uint64_t max) : readahead(initial, max) {}
+  explicit Handle(const MountOptions& o) : readahead(o.readahead_trigger, o.readahead_initial, o.readahead_max) {}
 };
 
 std::string range_text(std::uint64_t offset, std::uint64_t length) {
   return "bytes " + std::to_string(offset) + "-" + std::to_string(offset + length);
-}
-
-std::string human(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
 }
 
 }  // namespace
@@ -191,7 +181,15 @@ struct Mount::Impl {
     return st;
   }
 
-  bool stopping() const { return session == nullptr || fuse_session_exited(session) != 0 || cancel.cancelled(); }
+  bool stopping() const { return stop_asked || session == nullptr || fuse_session_exited(session) != 0 || cancel.cancelled(); }
+
+  // Stops the mount (SIGINT/SIGTERM/SIGHUP, `Mount::exit`); see run(). Any thread; once.
+  void stop();
+  std::atomic<bool> stop_asked{false}, stop_done{false};
+  std::mutex loop_mutex;
+  std::condition_variable loop_cv;
+  bool loop_done = false;  // under loop_mutex
+  pthread_t loop_thread{};
 
   // Makes `ranges` of tensor file `n` present: asks the queue, waits.
   Result<void> fetch(const Node& n, const std::vector<ByteRange>& ranges) {
@@ -361,7 +359,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   fi->keep_cache = 1;  // the page cache outlives opens: the revision is pinned
   try {
-    fi->fh = reinterpret_cast<std::uint64_t>(new Handle(m.options.readahead_initial, m.options.readahead_max));
+    fi->fh = reinterpret_cast<std::uint64_t>(new Handle(m.options));
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
     return;
@@ -442,14 +440,18 @@ const fuse_lowlevel_ops kOps = [] {
 // The stale-mount check: a mount point whose FUSE process died answers ENOTCONN.
 Result<void> check_mount_point(const std::string& dir) {
   struct stat st {};
+  const std::string stale =
+      dir + ": a stale mount point (its tensorfetch mount process is gone); clear it with: fusermount3 -u " + dir;
   if (::stat(dir.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOTCONN) {
-      return fail(ErrorCode::Io, dir + ": a stale mount point (its tensorfetch mount process is gone); clear it with: fusermount3 -u " + dir);
-    }
+    if (err == ENOTCONN) return fail(ErrorCode::Io, stale);
     return fail(err == ENOENT ? ErrorCode::NotFound : ErrorCode::Io, dir + ": " + std::strerror(err));
   }
   if (!S_ISDIR(st.st_mode)) return fail(ErrorCode::InvalidArgument, dir + ": not a directory");
+  // stat may be answered from the kernel's cache of a dead mount's attributes; statfs always
+  // asks the file system.
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) != 0 && errno == ENOTCONN) return fail(ErrorCode::Io, stale);
   return {};
 }
 
@@ -479,42 +481,70 @@ Result<std::unique_ptr<Mount>> Mount::create(Checkpoint checkpoint, const std::s
   return std::unique_ptr<Mount>(new Mount(std::move(impl)));
 }
 
+namespace {
+void wake(int) {}  // SIGUSR2: interrupts the loop's wait (see Impl::stop)
+}  // namespace
+
+void Mount::Impl::stop() {
+  if (stop_asked.exchange(true)) return;
+  cancel.cancel();  // running fetches end within ~100 ms; waiting readers get EIO
+  queue.stop();
+  // A lazy unmount: new opens fail at once; reads already on their way get EIO (the loop still
+  // answers them); the connection ends, and with it the loop, when the last open file closes.
+  if (auto r = unmount(dir); !r) log("tensorfetch mount: " + r.error().message);
+  std::unique_lock lock(loop_mutex);
+  if (!loop_cv.wait_for(lock, std::chrono::seconds(10), [this] { return loop_done; })) {
+    // A reader holds a file open: end the loop anyway (its next reads fail with ENOTCONN).
+    fuse_session_exit(session);
+    pthread_kill(loop_thread, SIGUSR2);
+  }
+  stop_done = true;
+}
+
 Result<void> Mount::run() {
   Impl& m = *impl_;
-  // SIGUSR1 (the totals) is taken by a thread of its own with sigwait; the other threads
-  // started here (the fetch worker, libcurl's, FUSE's workers) block SIGINT/SIGTERM/SIGHUP too,
-  // so that those reach this thread, whose libfuse handlers end the loop.
-  sigset_t usr1, stops, old;
-  sigemptyset(&usr1);
-  sigaddset(&usr1, SIGUSR1);
-  stops = usr1;
-  sigaddset(&stops, SIGINT);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stops, &old);
-  std::atomic<bool> done{false};
+  // Signals are taken by a thread of their own (sigwait): SIGUSR1 logs the totals, SIGINT,
+  // SIGTERM and SIGHUP stop the mount (Impl::stop). They are blocked in every thread, this one
+  // and those it starts (the fetch worker, libcurl's, FUSE's workers) included; SIGUSR2, whose
+  // handler does nothing, only interrupts this thread's wait inside the FUSE loop.
+  sigset_t handled, old;
+  sigemptyset(&handled);
+  for (int sig : {SIGUSR1, SIGINT, SIGTERM, SIGHUP}) sigaddset(&handled, sig);
+  pthread_sigmask(SIG_BLOCK, &handled, &old);
+  struct sigaction wake_action {}, old_wake {}, old_pipe {}, ignore {};
+  wake_action.sa_handler = wake;  // (no SA_RESTART: the wait returns EINTR)
+  sigemptyset(&wake_action.sa_mask);
+  ::sigaction(SIGUSR2, &wake_action, &old_wake);
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, &old_pipe);
+  m.loop_thread = pthread_self();
   m.queue.start();
-  std::thread stats_thread([&] {
+  std::atomic<bool> done{false};
+  std::thread signals([&] {
     for (;;) {
       int sig = 0;
-      if (sigwait(&usr1, &sig) != 0 || done) return;
-      log_totals();
+      if (sigwait(&handled, &sig) != 0 || done) return;
+      if (sig == SIGUSR1) {
+        log_totals();
+      } else {
+        std::thread([&m] { m.stop(); }).detach();
+      }
     }
   });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
 
   int rc = -1;
-  if (fuse_set_signal_handlers(m.session) == 0) {
-    fuse_loop_config* config = fuse_loop_cfg_create();
-    if (config) {
-      fuse_loop_cfg_set_max_threads(config, m.options.max_threads);
-      rc = fuse_session_loop_mt(m.session, config);
-      fuse_loop_cfg_destroy(config);
-    }
-    fuse_remove_signal_handlers(m.session);
+  if (fuse_loop_config* config = fuse_loop_cfg_create()) {
+    fuse_loop_cfg_set_max_threads(config, m.options.max_threads);
+    rc = fuse_session_loop_mt(m.session, config);
+    fuse_loop_cfg_destroy(config);
   }
-  // Stop fetching, unmount, then say what was done.
+  {
+    std::lock_guard lock(m.loop_mutex);
+    m.loop_done = true;
+  }
+  m.loop_cv.notify_all();
+  // Stop fetching, unmount (when nobody did), then say what was done.
   m.cancel.cancel();
   m.queue.stop();
   if (m.mounted) {
@@ -522,28 +552,28 @@ Result<void> Mount::run() {
     m.mounted = false;
   }
   done = true;
-  pthread_kill(stats_thread.native_handle(), SIGUSR1);
-  stats_thread.join();
+  pthread_kill(signals.native_handle(), SIGUSR1);
+  signals.join();
+  // A stop still running (it was told: loop_done) ends before its state goes.
+  while (m.stop_asked && !m.stop_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ::sigaction(SIGUSR2, &old_wake, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   log_totals();
   if (rc < 0) return fail(ErrorCode::Io, m.dir + ": the FUSE session failed (" + std::strerror(-rc) + ")");
   return {};
 }
 
-void Mount::exit() {
-  impl_->cancel.cancel();
-  if (impl_->session) fuse_session_exit(impl_->session);
-  (void)unmount(impl_->dir);  // wakes the loop: its reads of /dev/fuse end
-}
+void Mount::exit() { impl_->stop(); }
 
 MountStats Mount::stats() const { return impl_->totals(); }
 
 void Mount::log_totals() const {
   const MountStats s = impl_->totals();
-  impl_->log("tensorfetch mount: " + impl_->dir + ": " + std::to_string(s.reads) + " reads (" + human(s.bytes_read) +
-             "), " + human(s.bytes_fetched) + " fetched in " + std::to_string(s.fetches) + " fetches, " +
-             human(s.bytes_from_cache) + " from the cache, " + human(s.bytes_in_flight) + " in flight, " +
-             std::to_string(s.read_errors) + " failed reads");
+  impl_->log("tensorfetch mount: " + impl_->dir + ": " + std::to_string(s.reads) + " reads (" +
+             std::to_string(s.bytes_read) + " bytes), " + std::to_string(s.bytes_fetched) + " bytes fetched in " +
+             std::to_string(s.fetches) + " fetches, " + std::to_string(s.bytes_from_cache) + " bytes from the cache, " +
+             std::to_string(s.bytes_in_flight) + " bytes in flight, " + std::to_string(s.read_errors) + " failed reads");
 }
 
 Result<void> unmount(const std::string& dir) {
