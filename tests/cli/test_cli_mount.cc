@@ -22,6 +22,7 @@
 
 #include "cli_util.hpp"
 #include "hub_server.hpp"
+#include "served_repo.hpp"
 #include "support/process.hpp"
 
 using namespace clitest;
@@ -111,30 +112,10 @@ std::pair<std::string, int> pread_at(const fs::path& path, std::uint64_t offset,
   return {out, err};
 }
 
-// The reference sharded checkpoint served as org/llama; a cache and HF home of the test's own.
-struct Served {
-  fs::path reference;
-  TempDir root, cache, hf_home, work;
-  tftest::ScopedEnv env;
-  std::unique_ptr<HubServer> server;
-
-  explicit Served(fs::path ref) : reference(std::move(ref)) {
-    fs::create_directories(root / "org" / "llama");
-    for (const auto& e : fs::directory_iterator(reference)) {
-      fs::copy_file(e.path(), root.path() / "org" / "llama" / e.path().filename());
-    }
-    for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "CURL_CA_BUNDLE",
-                          "XDG_CACHE_HOME"}) {
-      env.set(v, std::nullopt);
-    }
-    env.set("HF_HOME", hf_home.path().string());
-    env.set("TENSORFETCH_CACHE", cache.path().string());
-    tensorfetch::testing::Options o;
-    o.root = root.path();
-    server = std::make_unique<HubServer>(o);
-    server->start();
-  }
-  ~Served() { server->stop(); }
+// The reference sharded checkpoint served as org/llama (served_repo.hpp): mount arguments and
+// the CDN requests of its log.
+struct Served : ServedRepo {
+  using ServedRepo::ServedRepo;
 
   std::vector<std::string> mount_args(const fs::path& dir, std::vector<std::string> extra = {}) const {
     std::vector<std::string> args = {std::string("hf://") + kRepo, dir.string(), "--endpoint", server->endpoint()};
@@ -273,7 +254,15 @@ TEST_CASE("mount of a Hub repo: listing and stat cost no request; read and mmap 
     CHECK(read_file(s.work / "py.out") == sha256_hex(read_file(s.reference / shard).substr(t.begin, t.end - t.begin)));
   }
 
-  SECTION("unmount ends the mount process with status 0 and prints the totals") {
+  SECTION("SIGUSR1 prints the totals; unmount ends the mount process with status 0 and prints them again") {
+    (void)read_file(m.dir / "config.json");
+    m.child->signal(SIGUSR1);
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (m.stderr_text().find("failed reads") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(20ms);
+    }
+    CHECK_THAT(m.stderr_text(), Catch::Contains("1 reads (720 bytes)") && Catch::Contains("bytes from the cache"));
+    CHECK(m.child->running());
     auto u = run({"unmount", m.dir.string()});
     INFO(u.err);
     CHECK(u.exit_code == 0);
@@ -281,7 +270,7 @@ TEST_CASE("mount of a Hub repo: listing and stat cost no request; read and mmap 
     REQUIRE(status.has_value());
     CHECK(*status == 0);
     CHECK_FALSE(is_mounted(m.dir));
-    CHECK_THAT(m.stderr_text(), Catch::Contains("fetched in") && Catch::Contains("from the cache"));
+    CHECK_THAT(m.stderr_text(), Catch::Contains("bytes fetched in") && Catch::Contains("bytes in flight"));
     auto again = run({"unmount", m.dir.string()});
     CHECK(again.exit_code == 1);
   }
@@ -461,4 +450,27 @@ TEST_CASE("mount of a checkpoint of 1,000 shards: ls -lR with no request, any sh
   CHECK(files == kShards + 1);
   CHECK(server.log().empty());
   CHECK(read_file(m.dir / "model-00777-of-01000.safetensors") == read_file(repo / "model-00777-of-01000.safetensors"));
+}
+
+TEST_CASE("mount --daemon returns once the directory is mounted; unmount ends the background process", "[mount]") {
+  auto ref = reference_dir();
+  REQUIRE(ref.has_value());
+  TempDir work;
+  const fs::path single = *ref / "llama-tiny-single";
+  fs::create_directories(work / "mnt");
+  auto d = run({"mount", single.string(), (work / "mnt").string(), "--daemon", "--log", (work / "mount.log").string()});
+  INFO(d.err);
+  REQUIRE(d.exit_code == 0);
+  REQUIRE(is_mounted(work / "mnt"));  // at once: the parent returned after the mount
+  CHECK(read_file(work / "mnt" / "model.safetensors") == read_file(single / "model.safetensors"));
+  auto u = run({"unmount", (work / "mnt").string()});
+  CHECK(u.exit_code == 0);
+  CHECK_FALSE(is_mounted(work / "mnt"));
+  // The background process logs its totals into --log as it ends.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (tftest::try_read_file(work / "mount.log").value_or("").find("failed reads") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
+  CHECK_THAT(tftest::try_read_file(work / "mount.log").value_or(""), Catch::Contains("0 failed reads"));
 }
