@@ -21,6 +21,7 @@ packages=(
   python3-numpy python3-pytest                # Python package: NumPy arrays; its tests
   python3-torch                               # Python package: torch tensors (1.13, CPU); tests and bench
   libopenmpi-dev openmpi-bin                  # --mpi (meson feature mpi): fetch once per cluster; mpirun for its tests
+  libfuse3-dev fuse3                          # `tensorfetch mount` (meson feature fuse): libfuse3; fusermount3 to unmount
 )
 for arg in "$@"; do
   case $arg in

@@ -306,6 +306,13 @@ struct FileRanges {
   std::vector<ByteRange> ranges;   ///< byte ranges of the whole file (header included)
 };
 
+/// A small file of a checkpoint's directory beside its safetensors files: the index, or the
+/// repo's `config.json` (see `Checkpoint::text_files`). A plain value.
+struct CheckpointTextFile {
+  std::string path;  ///< where it lies in the checkpoint's directory (repo path), e.g. `config.json`
+  std::string text;  ///< its bytes, as read from the server or the disk
+};
+
 /// Options for `Checkpoint::write`.
 struct WriteOptions {
   /// Write one file per source shard and an index into the output *directory*, instead of
@@ -459,7 +466,9 @@ class TENSORFETCH_API Checkpoint {
   [[nodiscard]] Result<FetchStats> fetch_ranges(std::span<const FileRanges> ranges, const FetchOptions& options = {});
 
   /// Copies bytes `offset .. offset + out.size()` of file `file` from the local file or the
-  /// cache into `out`; every byte must be committed (else `NotFetched`). Thread-safe.
+  /// cache into `out`; every byte must be committed (else `NotFetched`), except the file's
+  /// header (its first 8 + N bytes), which the open read and validated and which is served
+  /// from memory when the cache does not hold it. Thread-safe.
   [[nodiscard]] Result<void> read_cached(std::size_t file, std::uint64_t offset, std::span<std::byte> out) const;
 
   /// Writes bytes of file `file` at `offset` that another process fetched from this
@@ -473,6 +482,16 @@ class TENSORFETCH_API Checkpoint {
   /// fetcher's rule: written, flushed, then recorded). Fetching or `fetch_all` afterwards
   /// verifies whole files. Not concurrently with `fetch`.
   [[nodiscard]] Result<void> commit_stored(std::size_t file, std::span<const ByteRange> ranges);
+
+  /// Where file `file` (a position in `files()`) lies in the checkpoint's directory: its repo
+  /// path (the index's folder, then its shard name), as `save_files` and `tensorfetch mount`
+  /// name it; empty when there is no such file. Thread-safe.
+  [[nodiscard]] std::string repo_path(std::size_t file) const;
+
+  /// The checkpoint's small files beside its safetensors files, as the directory or repo holds
+  /// them: the index (when sharded) under its repo path, and `config.json` when `open` found
+  /// one. A local index is read from the disk (`Io` when it cannot be). Thread-safe.
+  [[nodiscard]] Result<std::vector<CheckpointTextFile>> text_files() const;
 
   /// Publishes every file that is complete and verified in the cache into the Hugging Face hub
   /// cache (`OpenOptions::hf_hub_cache`), as huggingface_hub lays it out:

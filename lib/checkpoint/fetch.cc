@@ -573,7 +573,17 @@ Result<void> Checkpoint::read_cached(std::size_t file, std::uint64_t offset, std
   if (range.length == 0) return {};  // nothing to read (there may be no blob yet)
   auto bytes = impl_->served_bytes(file, std::span(&range, 1), "bytes " + std::to_string(offset) + "-" +
                                                                   std::to_string(range.end()));
-  if (!bytes) return fail(bytes.error());
+  if (!bytes) {
+    // The header, which the open read and validated, is served from memory (no blob may exist yet).
+    const OpenFile& f = impl_->files[file];
+    const std::uint64_t header_end = f.header.data_offset();
+    if (bytes.error().code == ErrorCode::NotFetched && impl_->remote && range.end() <= header_end &&
+        range.end() <= f.remote.prefix.size()) {
+      std::memcpy(out.data(), f.remote.prefix.data() + offset, out.size());
+      return {};
+    }
+    return fail(bytes.error());
+  }
   if (range.end() > bytes->size()) {
     return fail(ErrorCode::Io, impl_->files[file].info.path + ": bytes " + std::to_string(offset) + "-" +
                                    std::to_string(range.end()) + " lie beyond the mapped file");
@@ -615,13 +625,9 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
   if (dir.find('\0') != std::string::npos) {
     return fail(ErrorCode::InvalidArgument, "directory " + quote_name(dir) + " contains a NUL byte");
   }
-  const std::string index_dir = [&] {
-    auto slash = impl_->index_name.rfind('/');
-    return slash == std::string::npos ? std::string() : impl_->index_name.substr(0, slash + 1);
-  }();
   for (std::size_t i = 0; i < impl_->files.size(); ++i) {
     const auto& file = impl_->files[i].info;
-    const std::string target = dir + "/" + index_dir + file.path;
+    const std::string target = dir + "/" + repo_path(i);
     std::string source;
     bool link = false;
     if (!impl_->remote) {
@@ -644,6 +650,23 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
     }
     if (auto r = place_file(source, target, link); !r) return r;
   }
+  auto texts = text_files();
+  if (!texts) return fail(texts.error());
+  for (const auto& t : *texts) {
+    if (auto r = place_text(t.text, dir + "/" + t.path); !r) return r;
+  }
+  return {};
+}
+
+std::string Checkpoint::repo_path(std::size_t file) const {
+  if (file >= impl_->files.size()) return {};
+  const auto slash = impl_->index_name.rfind('/');
+  const std::string dir = impl_->index && slash != std::string::npos ? impl_->index_name.substr(0, slash + 1) : "";
+  return dir + impl_->files[file].info.path;
+}
+
+Result<std::vector<CheckpointTextFile>> Checkpoint::text_files() const {
+  std::vector<CheckpointTextFile> out;
   if (impl_->index) {
     std::string text = impl_->index_text;
     if (text.empty() && !impl_->remote) {
@@ -651,12 +674,10 @@ Result<void> Checkpoint::save_files(const std::string& dir) const {
       if (!map) return fail(map.error());
       text.assign(reinterpret_cast<const char*>(map->bytes().data()), map->size());
     }
-    if (auto r = place_text(text, dir + "/" + impl_->index_name); !r) return r;
+    out.push_back({impl_->index_name, std::move(text)});
   }
-  if (impl_->config_json) {
-    if (auto r = place_text(*impl_->config_json, dir + "/config.json"); !r) return r;
-  }
-  return {};
+  if (impl_->config_json) out.push_back({"config.json", *impl_->config_json});
+  return out;
 }
 
 Result<detail::Blob*> Checkpoint::Impl::blob_holding(std::size_t file, std::span<const ByteRange> needed,

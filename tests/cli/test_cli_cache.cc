@@ -10,6 +10,7 @@
 
 #include "cli_util.hpp"
 #include "hub_server.hpp"
+#include "served_repo.hpp"
 
 using namespace clitest;
 using tensorfetch::testing::HubServer;
@@ -20,37 +21,9 @@ namespace {
 constexpr const char* kRepo = "org/llama";
 
 
-// The reference sharded checkpoint served as org/llama, a cache and HF home of the test's own.
-struct Served {
-  fs::path reference;
-  TempDir root, cache, hf_home, work;
-  tftest::ScopedEnv env;
-  std::unique_ptr<HubServer> server;
-
-  explicit Served(fs::path ref) : reference(std::move(ref)) {
-    fs::create_directories(root / "org" / "llama");
-    for (const auto& e : fs::directory_iterator(reference)) {
-      fs::copy_file(e.path(), root.path() / "org" / "llama" / e.path().filename());
-    }
-    for (const char* v : {"HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HF_HUB_CACHE", "CURL_CA_BUNDLE",
-                          "XDG_CACHE_HOME"}) {
-      env.set(v, std::nullopt);
-    }
-    env.set("HF_HOME", hf_home.path().string());
-    env.set("TENSORFETCH_CACHE", cache.path().string());
-    tensorfetch::testing::Options o;
-    o.root = root.path();
-    server = std::make_unique<HubServer>(o);
-    server->start();
-  }
-  ~Served() { server->stop(); }
-
-  std::vector<std::string> with_endpoint(std::vector<std::string> args) const {
-    args.push_back("--endpoint");
-    args.push_back(server->endpoint());
-    return args;
-  }
-
+// The reference sharded checkpoint served as org/llama (served_repo.hpp), and its CDN requests.
+struct Served : ServedRepo {
+  using ServedRepo::ServedRepo;
 
   std::size_t cdn_requests(const std::string& file) const {
     std::size_t n = 0;

@@ -16,6 +16,11 @@ import shutil
 import sys
 
 
+# The optional bindings above the checkpoint layer, each its own shared library: siblings, not a
+# stack -- none sees another's headers (mount must compile without MPI, cluster without libfuse).
+BINDINGS = {"cluster", "mount"}
+
+
 def main(argv):
     if len(argv) < 5:
         sys.exit(__doc__)
@@ -38,6 +43,8 @@ def main(argv):
         root = os.path.join(out, name)
         os.makedirs(os.path.join(root, "tensorfetch"))
         for below, headers in layers[: i + 1]:
+            if below in BINDINGS and below != name:
+                continue  # a binding does not see another one (see BINDINGS)
             os.symlink(os.path.join(lib_dir, below), os.path.join(root, below))
             for h in headers:
                 os.symlink(os.path.join(public_dir, h), os.path.join(root, "tensorfetch", h))

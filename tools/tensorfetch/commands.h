@@ -60,6 +60,24 @@ struct CacheOptions {
   std::optional<bool> shared;    ///< --shared-cache (unset: TENSORFETCH_SHARED_CACHE)
 };
 
+/// Options of `tensorfetch mount` and `tensorfetch unmount`.
+struct MountCliOptions {
+  std::string location;         ///< file, directory, index, URL or Hub repo
+  std::string dir;              ///< the mount point (an existing directory)
+  bool daemon = false;          ///< --daemon: return once mounted, serve in the background
+  std::string log;              ///< --log FILE: failures and totals there instead of stderr
+  std::uint64_t tensor_window = 64 << 20;  ///< --tensor-window: largest piece of a tensor one read fetches
+  OpenOptions open;             ///< endpoint, cache, connections, offline
+  FetchOptions fetch;           ///< chunk size, coalescing gap
+};
+
+/// Runs `mount` (FUSE builds; otherwise an error saying so): in the foreground until unmounted
+/// or SIGINT/SIGTERM, or, with --daemon, in the background once mounted.
+int run_mount(const MountCliOptions& options);
+
+/// Runs `unmount DIR` (FUSE builds; otherwise an error saying so).
+int run_unmount(const std::string& dir);
+
 /// Runs `inspect`; prints to stdout, errors to stderr.
 int run_inspect(const InspectOptions& options);
 

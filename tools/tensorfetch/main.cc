@@ -266,6 +266,29 @@ int main(int argc, char** argv) {
                          "Also publish the files into the Hugging Face cache ($HF_HUB_CACHE or $HF_HOME/hub), "
                          "so transformers finds them with HF_HUB_OFFLINE=1");
 
+  MountCliOptions mount;
+  auto* mount_cmd = app.add_subcommand(
+      "mount", "Show a checkpoint as a read-only directory (FUSE) whose files loaders read lazily, tensor by tensor");
+  mount_cmd->add_option("location", mount.location,
+                        "A .safetensors file, a *.safetensors.index.json, a directory, an http(s) URL of either, "
+                        "or a Hub repo: hf://ORG/NAME[@REV][/PATH] or ORG/NAME")
+      ->required();
+  mount_cmd->add_option("dir", mount.dir, "The mount point: an existing directory")->required();
+  mount_cmd->add_flag("--daemon", mount.daemon, "Return once the directory is mounted and serve in the background");
+  mount_cmd->add_option("--log", mount.log, "Append failed reads and totals to this file instead of stderr");
+  mount_cmd->add_option("--tensor-window", mount.tensor_window,
+                        "A read in a larger tensor fetches the aligned pieces of this size it touches, else the whole "
+                        "tensor (default 64MiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
+      ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 40));
+  add_open_options(*mount_cmd, mount.open);
+  add_rate_option(*mount_cmd, mount.open);
+  add_fetch_options(*mount_cmd, mount.fetch);
+  std::string unmount_dir;
+  auto* unmount_cmd = app.add_subcommand("unmount", "Unmount a directory that 'tensorfetch mount' serves");
+  unmount_cmd->add_option("dir", unmount_dir, "The mount point")->required();
+
   CacheOptions cache;
   auto* cache_cmd = app.add_subcommand("cache", "Inspect and manage the local cache");
   cache_cmd->require_subcommand(1);
@@ -313,8 +336,8 @@ int main(int argc, char** argv) {
     std::string what = e.what();
     const std::string first = argc > 1 ? argv[1] : "";
     if (!first.empty() && first[0] != '-' && first != "inspect" && first != "get" && first != "download" &&
-        first != "cache") {
-      what = "unknown command '" + first + "' (commands: inspect, get, download, cache)";
+        first != "cache" && first != "mount" && first != "unmount") {
+      what = "unknown command '" + first + "' (commands: inspect, get, download, cache, mount, unmount)";
     }
     std::cerr << "tensorfetch: usage error: " << escape_text(what) << "\nRun 'tensorfetch --help' for usage.\n";
     return 1;
@@ -323,10 +346,11 @@ int main(int argc, char** argv) {
   // clean up and exit 130/143; `cache` keeps the default action.
   if (*inspect_cmd || *get_cmd || *download_cmd) install_interrupt_handler();
   // A rate limit's wait (minutes, on the Hub) is said on stderr, whatever the command.
-  inspect.open.on_wait = get.open.on_wait = download.open.on_wait = wait_notice();
+  inspect.open.on_wait = get.open.on_wait = download.open.on_wait = mount.open.on_wait = wait_notice();
   get.fetch.on_wait = download.fetch.on_wait = wait_notice();
   // Stale cached bytes (a file rewritten without its ETag changing) are a warning, whatever -q.
-  inspect.open.on_stale_cache = get.open.on_stale_cache = download.open.on_stale_cache = stale_cache_notice();
+  inspect.open.on_stale_cache = get.open.on_stale_cache = download.open.on_stale_cache = mount.open.on_stale_cache =
+      stale_cache_notice();
   if (!trace_file.empty()) {
     if (auto r = tensorfetch::trace_start(trace_file); !r) {
       std::cerr << "tensorfetch: usage error: --trace: " << escape_text(r.error().message) << '\n';
@@ -341,6 +365,8 @@ int main(int argc, char** argv) {
       if (*get_cmd) return exit_status(get.mpi ? run_get_mpi(get) : run_get(get));
       if (*download_cmd) return exit_status(download.mpi ? run_download_mpi(download) : run_download(download));
       if (*cache_cmd) return run_cache(cache);
+      if (*mount_cmd) return run_mount(mount);
+      if (*unmount_cmd) return run_unmount(unmount_dir);
     } catch (const std::exception& e) {
       std::cerr << "tensorfetch: error: " << escape_text(e.what()) << '\n';
       return 1;
