@@ -33,6 +33,8 @@
 #              untimed: curl makes none of the metadata round trips tf must make)
 #   straggler  tf download and aria2c through a straggler proxy per phase: wall vs the data case
 #   loopback   the data cases straight to nginx https: no proxy, no cap, no latency (reference)
+#   nocap      tf download and aria2c -x16 -s16 -j4 -k1M through the latency proxy straight to nginx
+#              https (no per-flow cap): a link that a few flows fill (issue 20: >= 1.0x aria2c)
 #   maxrate    tf download --max-rate 40M of a 2 GB checkpoint (generated once, --maxrate-mb) from
 #              nginx https directly: the measured rate (bytes / wall) must be within 5% of 40 MB/s
 #   ceiling    aria2c and curl over plain HTTP, uncapped, direct and through a latency proxy at the
@@ -164,8 +166,8 @@ slow_rate_b=$(size_bytes "$slow_rate")
 declare -A want_group
 IFS=, read -r -a groups <<< "$cases_arg"
 for g in "${groups[@]}"; do
-  case $g in data|straggler|loopback|ceiling|inspect|maxrate) want_group[$g]=1 ;;
-    *) die "--cases: unknown group '$g' (data, straggler, loopback, ceiling, inspect, maxrate)" ;; esac
+  case $g in data|straggler|loopback|ceiling|inspect|maxrate|nocap) want_group[$g]=1 ;;
+    *) die "--cases: unknown group '$g' (data, straggler, loopback, ceiling, inspect, maxrate, nocap)" ;; esac
 done
 
 for tool in nginx aria2c curl openssl jq; do
@@ -278,7 +280,7 @@ ca=$tls/ca.pem
 # +3 nginx plain http (ceiling), +4 latency proxy (data), +5 latency proxy (ceiling),
 # +6 Hub h1 (proxy on 127.0.0.1, test server on 127.0.0.2),
 # +7 Hub h2 (proxy on 127.0.0.1, nginx on 127.0.0.2, plain test server on 127.0.0.3),
-# +8.. latency proxies (straggler), one per phase.
+# +8.. latency proxies (straggler), one per phase; +12 latency proxy straight to nginx https (nocap).
 ng=$work/nginx
 mkdir -p "$ng"
 alog=$ng/access.log; slog=$ng/stream.log
@@ -363,6 +365,7 @@ start_all() {  # BASE: false (after stopping what started) if a port is taken
       --straggler-every "$straggler_every" --straggler-phase "${phases[i]}" --straggler-target 127.0.0.1:$((b + 2)) ||
       return 1
   done
+  start_proxy nocap 127.0.0.1:$((b + 12)) 127.0.0.1:$b "$half" || return 1
   for p in "${!proxy_pid[@]}"; do : > "$work/proxy-$p.log"; done
   : > "$alog"; : > "$slog"
 }
@@ -392,6 +395,7 @@ proxy_check=$(awk -v t="$first_byte" -v r="$rtt_ms" 'BEGIN {printf "first byte o
   if (r > 0) printf " = %.2f RTT (expected 2: TCP handshake + request)", t * 1000 / r}')
 url_data=https://127.0.0.1:$((base + 4))       # latency proxy -> stream proxy (rate) -> nginx https
 url_lo=https://127.0.0.1:$base                 # nginx https directly
+url_nocap=https://127.0.0.1:$((base + 12))     # latency proxy -> nginx https (no cap)
 url_ceil_direct=http://127.0.0.1:$((base + 3)) # nginx plain http
 url_ceil_proxy=http://127.0.0.1:$((base + 5))  # latency proxy -> nginx plain http
 ep_h1=https://localhost:$((base + 6))
@@ -514,7 +518,7 @@ verify_pieces() {  # ID OUT_DIR: curl's pieces hold the plan's bytes
 }
 case_url() {  # ID -> base URL of its server
   case $1 in
-    *-strag*) echo "${url_strag[${1##*-strag}]}" ;; *-lo) echo "$url_lo" ;;
+    *-strag*) echo "${url_strag[${1##*-strag}]}" ;; *-lo) echo "$url_lo" ;; *-nocap) echo "$url_nocap" ;;
     *-ceil-direct) echo "$url_ceil_direct" ;; *-ceil-proxy) echo "$url_ceil_proxy" ;; *) echo "$url_data" ;;
   esac
 }
@@ -642,6 +646,7 @@ fi
 [[ -z ${want_group[loopback]:-} ]] || all_cases+=(tf-dl-lo aria-dl-lo curl-dl-lo tf-get-lo)
 [[ -z ${want_group[ceiling]:-} ]] || all_cases+=(aria-ceil-direct aria-ceil-proxy curl-ceil-direct curl-ceil-proxy)
 [[ -z ${want_group[maxrate]:-} ]] || all_cases+=(tf-dl-maxrate)
+[[ -z ${want_group[nocap]:-} ]] || all_cases+=(tf-dl-nocap aria-k1m-dl-nocap)
 [[ -z ${want_group[inspect]:-} ]] || all_cases+=(tf-insp-sh-h1 floor-sh-h1 tf-insp-1-h1 floor-1-h1
   tf-insp-sh-h2 floor-sh-h2 tf-insp-1-h2 floor-1-h2)
 (( ${#all_cases[@]} )) || die "no case selected"
@@ -701,11 +706,13 @@ where() {
   case $1 in
     *-strag*) echo "straggler ph ${1##*-strag}" ;; *-lo) echo "loopback" ;; *-ceil-direct) echo "plain direct" ;;
     *-ceil-proxy) echo "plain via proxy" ;; *-h1) echo "hub h1 ${inspect_rtt_ms}ms" ;;
-    *-h2) echo "hub h2 ${inspect_rtt_ms}ms" ;; *-maxrate) echo "loopback 2 GB" ;; *) echo "capped ${rtt_ms}ms" ;;
+    *-h2) echo "hub h2 ${inspect_rtt_ms}ms" ;; *-maxrate) echo "loopback 2 GB" ;;
+    *-nocap) echo "uncapped ${rtt_ms}ms" ;; *) echo "capped ${rtt_ms}ms" ;;
   esac
 }
 peer_of() {  # the aria2c case on the same path
-  case $1 in *-strag*) echo "aria-dl-strag${1##*-strag}" ;; *-lo) echo aria-dl-lo ;; *-ceil-*|*-maxrate) echo "" ;; *) echo aria-dl ;; esac
+  case $1 in *-strag*) echo "aria-dl-strag${1##*-strag}" ;; *-lo) echo aria-dl-lo ;; *-nocap) echo aria-k1m-dl-nocap ;;
+    *-ceil-*|*-maxrate) echo "" ;; *) echo aria-dl ;; esac
 }
 echo
 printf '%-16s %-26s %-16s %10s %8s %7s %7s %-22s %s\n' case what path bytes seconds MB/s x_aria \
@@ -720,12 +727,13 @@ for id in "${all_cases[@]}"; do
   [[ -z $peer || $peer == "$id" ]] || xa=$(ratio "$(mbps "$id")" "$(mbps "$peer" || true)")
   note=${proto[$id]}
   [[ $id != *-strag* ]] || note+="; slow: ${slowflows[$id]}"
-  [[ $id == *-lo || $id == *-ceil-* || $id == *-maxrate ]] || note+="; flows/data ${flows[$id]}"
+  [[ $id == *-lo || $id == *-ceil-* || $id == *-maxrate || $id == *-nocap ]] || note+="; flows/data ${flows[$id]}"
   note+="; RSS $(awk -v k="${peak_kb[$id]:-0}" 'BEGIN {printf "%.0f", k / 1024}') MiB"
   printf '%-16s %-26s %-16s %10d %8.3f %7s %7s %-22s %s\n' "$id" "$(describe "$id")" "$(where "$id")" \
     "${nbytes[$id]}" "${best_s[$id]}" "$(mbps "$id")" "$xa" "${conns[$id]} (${dconns[$id]})" "$note"
 done
 echo "  MB = 10^6 bytes. tf get's MB/s: the selected tensors' bytes ($sel_bytes) / wall; x_aria: MB/s over aria2c -x16 -s16 -j4"
+echo "  (uncapped: over aria2c -x16 -s16 -j4 -k1M)"
 echo "  on the same path. conns: TCP connections nginx saw (distinct \$connection), data: those that sent >= 1 MiB;"
 echo "  flows/data: stream-proxy sessions / those that carried >= 1 MiB (one per client connection)."
 
@@ -781,6 +789,11 @@ if [[ -n ${want_group[data]:-} ]]; then
     "(tf get $(cn tf-get || echo "${status[tf-get]:-}"))"
   goal "partial get: curl --parallel-max 64 wall / tf get wall >= 1.0 (issue 20)" "$(ratio "${best_s[curl-plan-get]:-}" "${best_s[tf-get]:-}" 3)" ">=" 1.0 \
     "(curl: ${plan_pieces:-?} pieces of the plan's ${plan_bytes:-?} bytes, $(cn curl-plan-get || echo "${status[curl-plan-get]:-}"))"
+fi
+if [[ -n ${want_group[nocap]:-} ]]; then
+  goal "uncapped, ${rtt_ms} ms RTT: tf download / aria2c -k1M >= 1.0 (issue 20)" \
+    "$(ratio "$(mbps tf-dl-nocap || true)" "$(mbps aria-k1m-dl-nocap || true)" 3)" ">=" 1.0 \
+    "(tf $(cn tf-dl-nocap || echo "${status[tf-dl-nocap]:-}"); aria2c $(cn aria-k1m-dl-nocap || echo "${status[aria-k1m-dl-nocap]:-}"))"
 fi
 if [[ -n ${want_group[maxrate]:-} ]]; then
   mr=$(ok tf-dl-maxrate && awk -v b="${nbytes[tf-dl-maxrate]}" -v s="${best_s[tf-dl-maxrate]}" 'BEGIN {printf "%.3f", b / s / 40e6}')
