@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "mount/fetch_queue.h"
 #include "mount/readahead.h"
@@ -77,6 +78,10 @@ struct Mount::Impl {
   bool mounted = false;
   mutable std::mutex log_mutex;
   std::atomic<std::uint64_t> reads{0}, read_errors{0}, bytes_read{0}, bytes_from_cache{0};
+  // The open files' handles (FUSE's `fh` points into them). Owned here: a mount that ends while
+  // a reader still holds a file open (SIGTERM, a lazy unmount) gets no release for it.
+  std::mutex handles_mutex;
+  std::unordered_map<Handle*, std::unique_ptr<Handle>> handles;
 
   Impl(Checkpoint cp, std::string d, const MountOptions& o)
       : checkpoint(std::move(cp)), dir(std::move(d)), options(o),
@@ -358,17 +363,29 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   fi->keep_cache = 1;  // the page cache outlives opens: the revision is pinned
+  Handle* handle = nullptr;
   try {
-    fi->fh = reinterpret_cast<std::uint64_t>(new Handle(m.options));
+    auto owned = std::make_unique<Handle>(m.options);
+    handle = owned.get();
+    std::lock_guard lock(m.handles_mutex);
+    m.handles.emplace(handle, std::move(owned));
   } catch (const std::bad_alloc&) {
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  if (fuse_reply_open(req, fi) != 0) delete reinterpret_cast<Handle*>(fi->fh);  // interrupted open
+  fi->fh = reinterpret_cast<std::uint64_t>(handle);
+  if (fuse_reply_open(req, fi) != 0) {  // interrupted open: no release follows
+    std::lock_guard lock(m.handles_mutex);
+    m.handles.erase(handle);
+  }
 }
 
 void op_release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-  delete reinterpret_cast<Handle*>(fi->fh);
+  auto& m = state(req);
+  {
+    std::lock_guard lock(m.handles_mutex);
+    m.handles.erase(reinterpret_cast<Handle*>(fi->fh));
+  }
   fuse_reply_err(req, 0);
 }
 
