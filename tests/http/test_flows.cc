@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hub_server.hpp"
+#include "one_file_repo.hpp"
 #include "support/bytes.hpp"
 #include "support/files.hpp"
 #include "tensorfetch/tensorfetch.hpp"
@@ -30,31 +31,11 @@ constexpr std::size_t kCeiling = 48;         // under the test server's 64 worke
 
 std::string flows_model() { return tftest::uniform_f32_model(kTensors, kTensor, 5); }
 
-struct Fixture {
-  tftest::TempDir tmp{"tf-flows"};
-  std::string file = flows_model();
-  std::unique_ptr<HubServer> server;
-
-  Fixture() {
-    tftest::write_file(tmp / "root" / kRepo / "model.safetensors", file);
-    fs::create_directories(tmp / "hf-home" / "hub");
-    testing::Options o;
-    o.root = tmp / "root";
-    server = std::make_unique<HubServer>(o);
-    server->start();
-  }
-  ~Fixture() { server->stop(); }
-
-  [[nodiscard]] fs::path cache() const { return tmp / "cache"; }
+struct Fixture : tftest::OneFileRepo {
+  Fixture() : OneFileRepo("tf-flows", kRepo, flows_model(), false) {}
 
   OpenOptions open_options() const {
-    OpenOptions o;
-    o.endpoint = server->endpoint();
-    o.token = std::string();
-    o.cache_dir = cache().string();
-    o.hf_hub_cache = (tmp / "hf-home" / "hub").string();
-    o.offline = false;
-    o.retry_backoff_ms = 10;
+    OpenOptions o = OneFileRepo::open_options();
     o.max_connections = kCeiling;
     return o;
   }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hub_server.hpp"
+#include "one_file_repo.hpp"
 #include "support/bytes.hpp"
 #include "support/files.hpp"
 #include "tensorfetch/tensorfetch.hpp"
@@ -45,30 +46,11 @@ constexpr int kTensors = 9;                  // t0 holds the header window; t1..
 // org/rate/model.safetensors: tensors t0..t8 of 1 MiB each, random-looking bytes.
 std::string rate_model() { return tftest::uniform_f32_model(kTensors, kTensor, 11); }
 
-struct Fixture {
-  tftest::TempDir tmp{"tf-rate"};
-  std::string file = rate_model();
-  std::unique_ptr<HubServer> server;
-
-  Fixture() {
-    tftest::write_file(tmp / "root" / kRepo / "model.safetensors", file);
-    tftest::write_file(tmp / "root" / kRepo / "config.json", "{\"model_type\": \"test\"}\n");
-    fs::create_directories(tmp / "hf-home" / "hub");
-    testing::Options o;
-    o.root = tmp / "root";
-    server = std::make_unique<HubServer>(o);
-    server->start();
-  }
-  ~Fixture() { server->stop(); }
+struct Fixture : tftest::OneFileRepo {
+  Fixture() : OneFileRepo("tf-rate", kRepo, rate_model(), true) {}
 
   OpenOptions open_options(std::uint64_t max_rate) const {
-    OpenOptions o;
-    o.endpoint = server->endpoint();
-    o.token = std::string();
-    o.cache_dir = (tmp / "cache").string();
-    o.hf_hub_cache = (tmp / "hf-home" / "hub").string();
-    o.offline = false;
-    o.retry_backoff_ms = 10;
+    OpenOptions o = OneFileRepo::open_options();
     o.max_rate = max_rate;
     return o;
   }
