@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "hub_server.hpp"
@@ -51,5 +52,15 @@ struct OneFileRepo {
     return o;
   }
 };
+
+/// Distinct client ports of `server`'s CDN requests of tensor data (not a header window, which
+/// starts at byte 0): the TCP connections a fetch used.
+inline std::size_t data_connections(const tensorfetch::testing::HubServer& server) {
+  std::set<int> ports;
+  for (const auto& r : server.log()) {
+    if (r.kind == "cdn" && !r.range.starts_with("bytes=0-")) ports.insert(r.client_port);
+  }
+  return ports.size();
+}
 
 }  // namespace tftest

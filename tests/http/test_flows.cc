@@ -6,7 +6,6 @@
 // is where the next fetch starts. Each test counts the TCP connections in the server's log.
 #include <catch2/catch.hpp>
 
-#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +20,7 @@
 namespace fs = std::filesystem;
 using namespace tensorfetch;
 using tensorfetch::testing::HubServer;
+using tftest::data_connections;
 
 namespace {
 
@@ -74,16 +74,6 @@ struct Fixture : tftest::OneFileRepo {
     return *stats;
   }
 };
-
-// Distinct client ports of the CDN requests of tensor data (not the header window): the TCP
-// connections the fetch used.
-std::size_t data_connections(const HubServer& server) {
-  std::set<int> ports;
-  for (const auto& r : server.log()) {
-    if (r.kind == "cdn" && !r.range.starts_with("bytes=0-")) ports.insert(r.client_port);
-  }
-  return ports.size();
-}
 
 }  // namespace
 

@@ -7,7 +7,6 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +21,7 @@
 namespace fs = std::filesystem;
 using namespace tensorfetch;
 using tensorfetch::testing::HubServer;
+using tftest::data_connections;
 
 namespace {
 
@@ -76,16 +76,6 @@ struct Fixture : tftest::OneFileRepo {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Distinct client ports of the CDN requests of tensor data (not the header window): the TCP
-// connections the fetch used.
-std::size_t data_connections(const HubServer& server) {
-  std::set<int> ports;
-  for (const auto& r : server.log()) {
-    if (r.kind == "cdn" && !r.range.starts_with("bytes=0-")) ports.insert(r.client_port);
-  }
-  return ports.size();
 }
 
 }  // namespace
