@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -453,15 +453,12 @@ class Scheduler {
     const bool work_bound = (queue_.empty() && holding() < slots()) || client_.throttled();
     const std::size_t steps = flows_.steps();
     flows_.sample(now, state_.progress.bytes_done, receiving, waits.empty() ? 0 : median(waits), work_bound);
-    if (flows_.steps() != steps && flows_.last_step()) {
+    if (flows_.steps() != steps && flows_.last_step() && trace::on()) {
       const FlowStep& step = *flows_.last_step();
-      report_.flow_steps.push_back(step);
-      if (trace::on()) {
-        char rate[32];
-        std::snprintf(rate, sizeof rate, "%.1f MB/s", step.rate / 1e6);
-        trace::instant("connections: " + std::to_string(step.connections) + " (" + step.why + ")", "flows",
-                       {{"rate measured", rate}, {"gain", std::to_string(step.gain)}});
-      }
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.1f MB/s", step.rate / 1e6);
+      trace::instant("connections: " + std::to_string(step.connections) + " (" + step.why + ")", "flows",
+                     {{"rate measured", rate}, {"gain", std::to_string(step.gain)}});
     }
   }
 

@@ -99,7 +99,6 @@ struct FetchReport {
   /// work running out or a server pushing back), with `rate` the aggregate it carried.
   bool learned = false;
   double rate = 0;                      ///< aggregate bytes per second at `connections`, if measured
-  std::vector<FlowStep> flow_steps;     ///< every decision on the number of connections
 };
 
 /// One planned transfer: `range` of `files[file]`.

@@ -94,8 +94,8 @@ void FlowControl::decide(double now, double rate) {
     learned_ = true;
     return;
   }
-  paid_in_full_ = gain >= 0.8;
-  set(now, std::min(ceiling, target_ * (paid_in_full_ ? 4 : 2)), rate, gain, "grow", false);
+  const bool paid_in_full = gain >= 0.8;
+  set(now, std::min(ceiling, target_ * (paid_in_full ? 4 : 2)), rate, gain, "grow", false);
 }
 
 void FlowControl::backoff(double now) {

@@ -99,7 +99,6 @@ class FlowControl {
   std::optional<double> rate_;       // measured at target_
   std::size_t prev_n_ = 0;           // the step before, and its rate
   double prev_rate_ = 0;
-  bool paid_in_full_ = false;        // the last step brought >= 0.8 of its flows' worth
   // The measurement of the current step: starts once every flow receives (or max_settle).
   double step_start_ = 0;
   std::optional<double> window_start_;

@@ -21,11 +21,6 @@ struct Path {
   double handshake = 0.06;  // seconds from opening a connection to its first byte (3 RTT at 20 ms)
 };
 
-struct Run {
-  td::FlowControl control;
-  std::vector<td::FlowStep> steps;
-};
-
 // Runs `control` on `path` for `seconds`: flows open when the target grows (receiving after the
 // handshake) and the newest close when it shrinks; the bytes are what the receiving flows carry.
 void simulate(td::FlowControl& control, const Path& path, double seconds, std::vector<td::FlowStep>* steps = nullptr) {

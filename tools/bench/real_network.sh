@@ -205,29 +205,28 @@ buildtype=$(jq -r '.[] | select(.name == "buildtype") | .value' "$build/meson-in
 # --- the data checkpoint (generated once, reused) -------------------------------------------------
 layer_bytes=$((32 * hidden * hidden))
 embed_bytes=$((2 * 2 * vocab * hidden))
-layers=$(( (size_mb * 1000000 - embed_bytes + layer_bytes / 2) / layer_bytes ))
+layers_for() { echo $(( ($1 * 1000000 - embed_bytes + layer_bytes / 2) / layer_bytes )); }  # MB -> layers
+checkpoint_dir() {  # LAYERS: the generated checkpoint of that many layers (made once, reused)
+  local dir
+  dir=$(realpath "$build/bench-data")/real-network-l$1-h${hidden}-v${vocab}-s${shards}
+  if [[ ! -d $dir ]]; then
+    echo "real_network: generating $dir (once)..." >&2
+    rm -rf "$dir.tmp"
+    "$gen" -o "$dir.tmp" --layers "$1" --hidden "$hidden" --vocab "$vocab" --shards "$shards" >/dev/null
+    mv "$dir.tmp" "$dir"
+  fi
+  echo "$dir"
+}
+layers=$(layers_for "$size_mb")
 (( layers >= 8 )) || layers=8                     # the partial get selects layers 0 and 7
-data=$(realpath "$build/bench-data")/real-network-l${layers}-h${hidden}-v${vocab}-s${shards}
-if [[ ! -d $data ]]; then
-  echo "real_network: generating $data (once)..." >&2
-  rm -rf "$data.tmp"
-  "$gen" -o "$data.tmp" --layers "$layers" --hidden "$hidden" --vocab "$vocab" --shards "$shards" >/dev/null
-  mv "$data.tmp" "$data"
-fi
+data=$(checkpoint_dir "$layers")
 mapfile -t shard_files < <(find "$data" -maxdepth 1 -name 'model-*.safetensors' -printf '%f\n' | sort)
 (( ${#shard_files[@]} == shards )) || die "$data holds ${#shard_files[@]} shards, expected $shards"
 ckpt_bytes=$(cat "$data"/model-*.safetensors | wc -c)
 big=""  # the maxrate case's checkpoint, served under /big/ of the loopback server
 big_bytes=0
 if [[ -n ${want_group[maxrate]:-} ]]; then
-  big_layers=$(( (maxrate_mb * 1000000 - embed_bytes + layer_bytes / 2) / layer_bytes ))
-  big=$(realpath "$build/bench-data")/real-network-l${big_layers}-h${hidden}-v${vocab}-s${shards}
-  if [[ ! -d $big ]]; then
-    echo "real_network: generating $big (once)..." >&2
-    rm -rf "$big.tmp"
-    "$gen" -o "$big.tmp" --layers "$big_layers" --hidden "$hidden" --vocab "$vocab" --shards "$shards" >/dev/null
-    mv "$big.tmp" "$big"
-  fi
+  big=$(checkpoint_dir "$(layers_for "$maxrate_mb")")
   big_bytes=$(cat "$big"/model-*.safetensors | wc -c)
 fi
 
