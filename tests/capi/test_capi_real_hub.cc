@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -199,8 +200,11 @@ TEST_CASE("C++ API real hub: OpenOptions::on_wait is told the rate limit's windo
   CHECK_THAT(waits.front().url, Catch::Contains("/org/llama/resolve/"));
 }
 
-TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit within a second; "
-          "a cancel token ends such an open",
+// Both sections bound the time from the cancel to the return, not a wall time: after the
+// cancel the fetch still makes what arrived durable (fsyncs, which take seconds on a busy CI
+// disk: 2.5 s was seen under ASan). The bound shows the 126-s wait was cut short.
+TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit within seconds, not after "
+          "it; a cancel token ends such an open",
           "[capi][realhub][ratelimit][cancel]") {
   auto ref = reference_dir();
   if (!ref) return;
@@ -209,46 +213,51 @@ TEST_CASE("capi real hub: tf_cancel ends a fetch waiting out a 125-s rate limit 
     Checkpoint ckpt = f.open("hf://org/llama", "cache");
     // The next data request: 429 with `RateLimit: "resolvers";r=0;t=125` (a 126-s wait).
     f.server->fail_next(1, 429, 125, true, "/cdn/");
-    std::thread canceller([c = ckpt.get()] {
+    auto canceller = std::async(std::launch::async, [c = ckpt.get()] {
       std::this_thread::sleep_for(500ms);
       tf_cancel(c);
+      return std::chrono::steady_clock::now();
     });
     const char* want[] = {"*"};
     tf_error* err = nullptr;
-    const auto start = std::chrono::steady_clock::now();
     const tf_code rc = tf_fetch(ckpt.get(), want, 1, nullptr, nullptr, &err);
-    const auto took = std::chrono::steady_clock::now() - start;
-    canceller.join();
+    const auto returned = std::chrono::steady_clock::now();
+    const auto after_cancel = returned - canceller.get();
     const std::string message = err ? tf_error_message(err) : "";
     tf_error_free(err);
     INFO(message << "\n" << log_text(f.server->log()));
+    INFO("tf_fetch returned " << std::chrono::duration<double>(after_cancel).count() << " s after tf_cancel");
     CHECK(rc == TF_ERR_CANCELLED);
-    CHECK(took < 1500ms);
+    CHECK(after_cancel < 10s);
+    // The wait was the rate limit: a data request was answered 429.
+    const auto log = f.server->log();
+    CHECK(std::count_if(log.begin(), log.end(), [](const RequestRecord& r) { return r.status == 429; }) == 1);
   }
   SECTION("tf_open, cancelled through tf_open_options.cancel") {
     // Two resolves per 125 s: the open's first round spends them and waits for the window.
     f.server->set_rate_limit(2, 125);
     tf_cancel_token* token = tf_cancel_token_new();
     REQUIRE(token != nullptr);
-    std::thread canceller([token] {
+    auto canceller = std::async(std::launch::async, [token] {
       std::this_thread::sleep_for(500ms);
       tf_cancel_token_cancel(token);
+      return std::chrono::steady_clock::now();
     });
     tf_open_options o = f.options(f.cache_dir);
     o.cancel = token;
     tf_checkpoint* ckpt = nullptr;
     tf_error* err = nullptr;
-    const auto start = std::chrono::steady_clock::now();
     const tf_code rc = tf_open("hf://org/llama", &o, &ckpt, &err);
-    const auto took = std::chrono::steady_clock::now() - start;
-    canceller.join();
+    const auto returned = std::chrono::steady_clock::now();
+    const auto after_cancel = returned - canceller.get();
     const std::string message = err ? tf_error_message(err) : "";
     tf_error_free(err);
     tf_cancel_token_free(token);
     INFO(message << "\n" << log_text(f.server->log()));
+    INFO("tf_open returned " << std::chrono::duration<double>(after_cancel).count() << " s after the cancel");
     CHECK(rc == TF_ERR_CANCELLED);
     CHECK(ckpt == nullptr);
-    CHECK(took < 1500ms);
+    CHECK(after_cancel < 10s);
     // The wait was a rate limit: a resolve was answered 429.
     const auto log = f.server->log();
     CHECK(std::count_if(log.begin(), log.end(), [](const RequestRecord& r) { return r.status == 429; }) >= 1);
