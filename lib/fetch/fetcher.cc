@@ -517,19 +517,36 @@ class Scheduler {
     if (rates.size() < 2 || client_.throttled()) return;
     const double typical = median(rates);
     const double wait = waits.empty() ? 0 : median(waits);  // time to first byte: what a new request costs
-    // A transfer at less than a third of the typical rate, receiving for half a second, gives
+    // A transfer at less than a third of the typical rate, receiving for 0.3 s, gives
     // up its slot.
     for (const auto& [id, m] : measured) {
-      if (m.rate * 3 < typical && !straggler_.count(id) && client_.state(id)->receiving_seconds >= 0.5) {
+      if (m.rate * 3 < typical && !straggler_.count(id) && client_.state(id)->receiving_seconds >= 0.3) {
         straggler_.insert(id);
         ++report_.stragglers;
+      }
+    }
+    // A straggler's tail moves to a new connection at once, before queued work takes the slot
+    // it gave up (the ceiling bounds the connections): it would otherwise end the fetch
+    // long after the others, the more so as the pieces get small at the end, where a 512-KiB
+    // piece on a flow at a tenth of the rate takes 10 times as long. What it keeps ends when
+    // its helper does; the helper, if it lands on a slow connection too, is split in turn. Worth
+    // it while it would still run 2 first-byte waits: the helper's wait plus its share of the
+    // bytes at the typical rate is then shorter.
+    for (auto& e : measured) {
+      if (in_flight_.size() >= ceiling()) break;
+      if (straggler_.count(e.first) && e.second.remaining >= 2 * wait) {
+        (void)split(e, typical, wait, 1, settings().min_straggler_split);
       }
     }
     fill();
     // Idle slots and nothing queued: split the transfers that would finish last. The idle
     // slots are shared among the transfers worth splitting, so a long tail goes to several
-    // connections at once (one helper each would keep most of it on one flow).
-    const auto worth = [&](const Measure& m) { return m.remaining >= std::max(settings().min_split_seconds, 4 * wait); };
+    // connections at once (one helper each would keep most of it on one flow). A transfer at
+    // under half the typical rate is worth it for 2 first-byte waits, as a straggler is.
+    const auto slow = [&](const Measure& m) { return m.rate * 2 < typical; };
+    const auto worth = [&](const Measure& m) {
+      return slow(m) ? m.remaining >= 2 * wait : m.remaining >= std::max(settings().min_split_seconds, 4 * wait);
+    };
     const std::size_t candidates = static_cast<std::size_t>(
         std::count_if(measured.begin(), measured.end(), [&](const auto& e) { return worth(e.second); }));
     const std::size_t idle = idle_slots();
@@ -542,7 +559,8 @@ class Scheduler {
       // Only a transfer that would still run long pays for the bytes already on their way past
       // the cut (socket buffers: megabytes on a fast link, read for nothing).
       if (!victim || !worth(victim->second)) return;
-      if (!split(*victim, typical, wait, std::min(share, idle_slots()))) return;
+      const std::uint64_t min_piece = slow(victim->second) ? settings().min_straggler_split : settings().min_split;
+      if (!split(*victim, typical, wait, std::min(share, idle_slots()), min_piece)) return;
     }
   }
 
@@ -554,11 +572,14 @@ class Scheduler {
 
   // Cuts the running transfer `victim` so that it and `helpers` new transfers of its tail all
   // end together (the victim at its measured rate, each new one at `typical` after a first-byte
-  // `wait`), and starts the new ones. False when there is nothing worth cutting.
-  bool split(std::pair<std::size_t, Measure>& victim, double typical, double wait, std::size_t helpers) {
+  // `wait`), and starts the new ones; no piece under `min_piece` bytes. False when there is
+  // nothing worth cutting.
+  bool split(std::pair<std::size_t, Measure>& victim, double typical, double wait, std::size_t helpers,
+             std::uint64_t min_piece_bytes) {
     auto st = client_.state(victim.first);
+    if (!st || !st->running) return false;
     const double p = static_cast<double>(st->next), e = static_cast<double>(st->end);
-    const double rv = victim.second.rate, rn = std::max(typical, rv), min_piece = static_cast<double>(settings().min_split);
+    const double rv = victim.second.rate, rn = std::max(typical, rv), min_piece = static_cast<double>(min_piece_bytes);
     // No helper's piece below the minimum.
     helpers = std::max<std::size_t>(1, std::min<std::size_t>(helpers, static_cast<std::size_t>((e - p) / min_piece)));
     const double k = static_cast<double>(helpers);

@@ -68,6 +68,12 @@ struct FetchSettings {
   /// read for nothing, which only a long remainder pays for.
   double min_split_seconds = 1.0;
   std::uint64_t min_split = 256 << 10;
+  /// A straggler (a transfer at under a third of the typical rate, receiving for 0.3 s; or
+  /// under half of it when the queue is empty) is split whenever a connection may be added and
+  /// it would still run 2 first-byte waits: its socket holds few bytes, so the cut wastes
+  /// little, and neither `min_split_seconds` nor `min_split` applies; its pieces are at least
+  /// this.
+  std::uint64_t min_straggler_split = 64 << 10;
   std::uint64_t commit_bytes = 64 << 20;  ///< commit when this much is waiting...
   long commit_interval_ms = 500;          ///< ...or this long has passed
   std::function<bool(const FetchProgress&)> progress;     ///< false: cancel

@@ -567,6 +567,72 @@ TEST_CASE("data plane: a straggler connection does not decide the wall time: its
   check_extents_hold_source(f.cache, f.blob_id, source);
 }
 
+TEST_CASE("data plane: a straggler's tail moves to another connection while work is still queued, not only "
+          "at the end (small pieces on a slow flow would otherwise end the fetch last)",
+          "[fetch][data-plane][straggler]") {
+  Fixture f;
+  Checkpoint c = f.open();
+  (void)f.server->take_log();
+  // Every flow trickles (32 KiB every 20 ms, about 1.6 MB/s), and connection 2 of every 4 runs
+  // at 64 KiB/s; pieces of 128 KiB: about 22 of them for 4 connections, queued for ~0.7 s, while
+  // one piece on the slow flow alone would take 2 s.
+  f.server->drip(32 << 10, 20, -1, "/cdn/");
+  f.server->slow_connections(64 << 10, 4, 2);
+  FetchOptions fo;
+  fo.connections = 4;
+  fo.chunk_size = 128 << 10;
+  auto stats = c.fetch(pick(c, {"*"}), fo);
+  f.server->reset_switches();
+  f.server->slow_connections(0, 4);
+  INFO((stats ? std::string() : stats.error().message));
+  REQUIRE(stats);
+  const std::uint64_t total_bytes = big_model().size() - kWindow;
+  CHECK(stats->bytes_transferred == total_bytes);
+  CHECK(stats->stragglers >= 1);
+  CHECK(stats->splits >= 1);
+  auto data = data_requests(f.server->log());
+  // The server logs a cut request when its next paced write finds the connection closed.
+  for (int i = 0; i < 100 && std::none_of(data.begin(), data.end(), [](const auto& r) { return r.dropped; }); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    data = data_requests(f.server->log());
+  }
+  std::string lines;
+  for (const auto& r : data) lines += r.to_json() + "\n";
+  INFO(lines);
+  // The slow requests (the log names their fault "drip": the paced ones under 256 KiB/s), each
+  // cut short; the helpers: requests that start inside one of them.
+  const auto is_slow = [](const RequestRecord& r) {
+    return r.end_ms > r.start_ms && static_cast<double>(r.body_bytes) * 1000 / (r.end_ms - r.start_ms) < (256 << 10);
+  };
+  std::vector<ByteRange> slow;
+  for (const auto& r : data) {
+    if (!is_slow(r)) continue;
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    CHECK(r.body_bytes < rr->length);
+    slow.push_back(*rr);
+  }
+  REQUIRE_FALSE(slow.empty());
+  double first_helper = 1e18, last_planned = 0;
+  for (const auto& r : data) {
+    auto rr = parse_range(r.range);
+    REQUIRE(rr);
+    const bool helper = std::any_of(slow.begin(), slow.end(), [&](const ByteRange& s) {
+      return rr->offset > s.offset && rr->offset < s.end();
+    });
+    if (helper) {
+      first_helper = std::min(first_helper, r.start_ms);
+    } else if (!is_slow(r)) {
+      last_planned = std::max(last_planned, r.start_ms);
+    }
+  }
+  // The first helper started before the queue ran dry (a planned piece started after it).
+  CHECK(first_helper < last_planned);
+  const std::string& source = big_model();
+  for (int i = 0; i < kLayers; ++i) check_view(c, "layers." + std::to_string(i) + ".weight", source);
+  check_extents_hold_source(f.cache, f.blob_id, source);
+}
+
 TEST_CASE("fetch: slices fetch only the slice's byte ranges (rows, a row's columns, an index)", "[fetch][slice]") {
   Fixture f;
   Checkpoint c = f.open();
