@@ -579,6 +579,12 @@ Result<BlobMeta> Blob::read_meta() const {
   return std::move(**meta);
 }
 
+void Blob::start_writeback(ByteRange range) const noexcept {
+  if (range.length == 0 || shared_verified_) return;
+  (void)::sync_file_range(fd_.get(), static_cast<off_t>(range.offset), static_cast<off_t>(range.length),
+                          SYNC_FILE_RANGE_WRITE);
+}
+
 Result<void> Blob::commit(std::span<const ByteRange> ranges) {
   if (ranges.empty()) return {};
   if (shared_verified_) {

@@ -179,6 +179,11 @@ class Blob {
   /// process committed meanwhile).
   [[nodiscard]] Result<void> commit(std::span<const ByteRange> ranges);
 
+  /// Starts writing `range`'s written bytes to disk without waiting (sync_file_range), so that
+  /// a later `commit` has less to flush. Advice only: it records nothing and makes nothing
+  /// durable; a failure is ignored (the commit's fdatasync reports it).
+  void start_writeback(ByteRange range) const noexcept;
+
   /// Re-reads meta.json (another process may have committed more). Returns the extents.
   [[nodiscard]] Result<RangeSet> refresh();
 

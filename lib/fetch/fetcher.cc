@@ -34,12 +34,16 @@ class Committer {
       : batch_bytes_(batch_bytes), interval_(interval_ms), thread_([this] { run(); }) {}
   ~Committer() { stop(); }
 
+  // Queues `range` of `blob` for the next commit, and has the committer thread start writing it
+  // to disk at once (`Blob::start_writeback`): the commit's fdatasync then waits for less (the
+  // last commit of a 21-MB get took 45 ms, after the last byte).
   void add(Blob* blob, ByteRange range) {
     if (range.length == 0) return;
     std::lock_guard g(mutex_);
     pending_[blob].push_back(range);
     pending_bytes_ += range.length;
-    if (pending_bytes_ >= batch_bytes_) cv_.notify_one();
+    writeback_.emplace_back(blob, range);
+    cv_.notify_one();
   }
 
   // Commits everything still pending and stops the thread. Returns the first error.
@@ -69,8 +73,18 @@ class Committer {
   void run() {
     trace::name_track(trace::thread_track(), "committer");
     std::unique_lock lock(mutex_);
+    auto due = std::chrono::steady_clock::now() + interval_;
     while (true) {
-      cv_.wait_for(lock, interval_, [this] { return stopping_ || pending_bytes_ >= batch_bytes_; });
+      cv_.wait_until(lock, due, [this] { return stopping_ || pending_bytes_ >= batch_bytes_ || !writeback_.empty(); });
+      if (!writeback_.empty()) {
+        auto ranges = std::move(writeback_);
+        writeback_.clear();
+        lock.unlock();
+        for (const auto& [blob, range] : ranges) blob->start_writeback(range);
+        lock.lock();
+      }
+      if (!stopping_ && pending_bytes_ < batch_bytes_ && std::chrono::steady_clock::now() < due) continue;
+      due = std::chrono::steady_clock::now() + interval_;
       auto batch = std::move(pending_);
       pending_.clear();
       pending_bytes_ = 0;
@@ -116,6 +130,7 @@ class Committer {
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::map<Blob*, std::vector<ByteRange>> pending_;
+  std::vector<std::pair<Blob*, ByteRange>> writeback_;  // to start writing to disk (not yet committed)
   std::uint64_t pending_bytes_ = 0;
   bool stopping_ = false;
   std::optional<Error> error_;
@@ -313,18 +328,49 @@ Result<std::vector<PlannedChunk>> plan_chunks(std::span<FetchFile> files, const 
       coalesce_within(missing, settings.max_gap, overfetch_budget(total, settings.max_gap, settings.overfetch_percent));
   total = 0;
   for (const auto& r : ranges) total += total_bytes(r);
+  std::vector<PlannedChunk> out;
+  if (bytes_cached) *bytes_cached = cached;
+  const std::size_t start_with = std::max<std::size_t>(1, settings.http.max_parallel);
+  const bool adaptive = settings.max_connections > 0;
+  // A small adaptive fetch (up to 2 minimum chunks per connection it starts with) is one round:
+  // as many equal pieces as connections (fewer if a piece would fall under the minimum chunk),
+  // shared among the ranges in proportion to their lengths. New connections would come up (3
+  // round trips) when it is nearly done, and a second round of pieces costs each connection
+  // another round trip and ends late on the ones whose flows were already slowed (a trace of a
+  // 21-MB get: 42 pieces on 32 connections, data done at 253 ms but the 10 second-round pieces
+  // at 357 ms).
+  if (adaptive && total <= start_with * 2 * settings.min_chunk) {
+    std::vector<std::uint64_t> lengths;
+    std::vector<std::pair<std::size_t, ByteRange>> flat;
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      for (const auto& r : ranges[i]) {
+        lengths.push_back(r.length);
+        flat.emplace_back(i, r);
+      }
+    }
+    const std::uint64_t pieces =
+        std::clamp<std::uint64_t>(total / std::max<std::uint64_t>(1, settings.min_chunk), 1, start_with);
+    const auto counts = pieces_per_range(lengths, pieces);
+    // Pieces over the chunk size asked for (FetchSettings::max_chunk) plan as below.
+    bool within = true;
+    for (std::size_t k = 0; k < flat.size() && settings.max_chunk != 0; ++k) {
+      within = within && (lengths[k] + counts[k] - 1) / counts[k] <= settings.max_chunk;
+    }
+    if (within) {
+      for (std::size_t k = 0; k < flat.size(); ++k) {
+        for (const auto& r : split_into(flat[k].second, counts[k])) out.push_back(PlannedChunk{flat[k].first, r});
+      }
+      return out;
+    }
+  }
   // Adaptive connections may grow to the ceiling: pieces small enough for 4 per connection at
   // the ceiling, so that the last of them still spread over every connection (the scheduler
   // joins neighbours into longer ranges while more work is queued, see Scheduler::absorb).
-  const std::size_t plan_for =
-      settings.max_connections > 0 ? std::max(settings.http.max_parallel, settings.max_connections) * 4
-                                   : settings.http.max_parallel;
+  const std::size_t plan_for = adaptive ? std::max(start_with, settings.max_connections) * 4 : start_with;
   const std::uint64_t chunk = chunk_size_for(total, plan_for, settings.min_chunk, settings.max_chunk);
-  std::vector<PlannedChunk> out;
   for (std::size_t i = 0; i < files.size(); ++i) {
     for (const auto& r : split(ranges[i], chunk)) out.push_back(PlannedChunk{i, r});
   }
-  if (bytes_cached) *bytes_cached = cached;
   return out;
 }
 

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 namespace tensorfetch::detail {
 
@@ -92,6 +94,47 @@ std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_c
       out.push_back(ByteRange{pos, len});
       pos += len;
     }
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> pieces_per_range(std::span<const std::uint64_t> lengths, std::uint64_t pieces) {
+  std::vector<std::uint64_t> out(lengths.size(), 1);
+  if (lengths.empty()) return out;
+  std::uint64_t total = 0;
+  for (auto l : lengths) total += l;
+  if (pieces <= lengths.size() || total == 0) return out;
+  // Each range's exact share of the pieces is pieces * length / total; the floors (at least 1)
+  // first, then one more to the ranges with the largest remainders until `pieces` are given.
+  std::vector<std::pair<long double, std::size_t>> remainders;
+  std::uint64_t given = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const long double exact = static_cast<long double>(pieces) * static_cast<long double>(lengths[i]) /
+                              static_cast<long double>(total);
+    const auto whole = static_cast<std::uint64_t>(exact);
+    out[i] = std::clamp<std::uint64_t>(whole, 1, std::max<std::uint64_t>(1, lengths[i]));
+    given += out[i];
+    remainders.emplace_back(exact - static_cast<long double>(whole), i);
+  }
+  std::stable_sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (std::size_t k = 0; given < pieces && k < remainders.size(); ++k) {
+    const std::size_t i = remainders[k].second;
+    if (out[i] >= lengths[i]) continue;  // no empty pieces
+    ++out[i];
+    ++given;
+  }
+  return out;
+}
+
+std::vector<ByteRange> split_into(ByteRange range, std::uint64_t pieces) {
+  pieces = std::clamp<std::uint64_t>(pieces, 1, std::max<std::uint64_t>(1, range.length));
+  std::vector<ByteRange> out;
+  const std::uint64_t base = range.length / pieces, extra = range.length % pieces;
+  std::uint64_t pos = range.offset;
+  for (std::uint64_t i = 0; i < pieces; ++i) {
+    const std::uint64_t len = base + (i < extra ? 1 : 0);
+    out.push_back(ByteRange{pos, len});
+    pos += len;
   }
   return out;
 }

@@ -47,6 +47,15 @@ inline constexpr std::uint64_t kOverfetchFloor = 64 << 10;
 [[nodiscard]] std::uint64_t chunk_size_for(std::uint64_t total, std::size_t connections, std::uint64_t floor,
                                            std::uint64_t ceiling) noexcept;
 
+/// How many equal pieces each of the ranges of `lengths` is cut into so that there are
+/// `pieces` in all, each range's count in proportion to its length (largest remainder), every
+/// range at least one piece (so more than `pieces` in all when there are more ranges). The plan
+/// of a fetch that each connection does in one request. Pure.
+[[nodiscard]] std::vector<std::uint64_t> pieces_per_range(std::span<const std::uint64_t> lengths, std::uint64_t pieces);
+
+/// Cuts `range` into `pieces` pieces as equal as possible (at least one; no empty piece).
+[[nodiscard]] std::vector<ByteRange> split_into(ByteRange range, std::uint64_t pieces);
+
 /// What to transfer for one file: `wanted` minus `have`, coalesced across holes of at most
 /// `max_gap` (every such hole, without a budget: see `coalesce_within`), split into chunks of at most `max_chunk`. `wanted` need not be normalized.
 /// `already_held`, if given, receives the wanted bytes `have` covers (each counted once).

@@ -975,8 +975,11 @@ TEST_CASE("C API remote: a token with CR/LF or another control character is refu
   }
 }
 
+// Both return about 15-50 ms after the cancel here; the bound, 2 s, is half the server's 4-s stall
+// (so a return that waited for the stall fails), loose for a loaded CI machine (606 ms was seen
+// under load with a 500-ms bound).
 TEST_CASE("C API remote: a stalled server: tf_open (through a tf_cancel_token) and tf_fetch (through tf_cancel) return "
-          "Cancelled within 500 ms of the cancel; the cancel is consumed",
+          "Cancelled long before the 4-s stall ends; the cancel is consumed",
           "[capi][remote][cancel]") {
   using Clock = std::chrono::steady_clock;
   Fixture fx;
@@ -1005,7 +1008,7 @@ TEST_CASE("C API remote: a stalled server: tf_open (through a tf_cancel_token) a
     CHECK_CODE(code, TF_ERR_CANCELLED, err);
     CHECK(ckpt == nullptr);
     INFO("tf_open returned " << took << " ms after the cancel");
-    CHECK(took < 500.0);
+    CHECK(took < 2000.0);
     tf_close(ckpt);
     tf_cancel_token_free(token);
     options.cancel = nullptr;
@@ -1021,7 +1024,7 @@ TEST_CASE("C API remote: a stalled server: tf_open (through a tf_cancel_token) a
     const auto took = std::chrono::duration<double, std::milli>(Clock::now() - at.get()).count();
     CHECK_CODE(code, TF_ERR_CANCELLED, err);
     INFO("tf_fetch returned " << took << " ms after tf_cancel");
-    CHECK(took < 500.0);
+    CHECK(took < 2000.0);
   }
   // The cancel was consumed: with the server answering again, the next fetch completes.
   fx.server->reset_switches();

@@ -424,6 +424,55 @@ TEST_CASE("split: cuts ranges into near-equal pieces of at most max_chunk bytes"
   }
 }
 
+TEST_CASE("pieces_per_range: N pieces in all, in proportion to the lengths (largest remainder), each range at "
+          "least one, no empty piece",
+          "[planner][pieces_per_range]") {
+  using Counts = std::vector<std::uint64_t>;
+  struct Row {
+    const char* name;
+    Counts lengths;
+    std::uint64_t pieces;
+    Counts want;
+  };
+  const std::vector<Row> rows = {
+      {"no ranges", {}, 32, {}},
+      {"one range takes all", {21 * MiB}, 32, {32}},
+      // A 2-layer get over two shards: 10.1 MB and 11.1 MB on 32 connections, 32 pieces (not 33).
+      {"two ranges: 15.2 + 16.8 -> 15 + 17", {10'100'000, 11'100'000}, 32, {15, 17}},
+      {"equal ranges share equally", {MiB, MiB, MiB, MiB}, 8, {2, 2, 2, 2}},
+      {"largest remainders get the rest", {3, 3, 3}, 4, {2, 1, 1}},
+      {"a tiny range still gets one", {1, 1000}, 4, {1, 3}},
+      {"more ranges than pieces: one each", {5, 6, 7}, 2, {1, 1, 1}},
+      {"no empty piece: a 2-byte range gets at most 2", {2, 2}, 10, {2, 2}},
+  };
+  for (const auto& row : rows) {
+    DYNAMIC_SECTION(row.name) {
+      const Counts got = td::pieces_per_range(row.lengths, row.pieces);
+      CHECK(got == row.want);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i] >= 1);
+        CHECK(got[i] <= row.lengths[i]);
+      }
+    }
+  }
+}
+
+TEST_CASE("split_into: a range in N near-equal pieces, in order, covering it exactly", "[planner][split_into]") {
+  CHECK(td::split_into(R(100, 10), 3) == Ranges{R(100, 4), R(104, 3), R(107, 3)});
+  CHECK(td::split_into(R(0, 8), 1) == Ranges{R(0, 8)});
+  CHECK(td::split_into(R(0, 8), 0) == Ranges{R(0, 8)});        // at least one piece
+  CHECK(td::split_into(R(5, 2), 4) == Ranges{R(5, 1), R(6, 1)});  // no empty piece
+  const Ranges big = td::split_into(R(7, 21238272), 32);
+  REQUIRE(big.size() == 32);
+  std::uint64_t at = 7;
+  for (const auto& r : big) {
+    CHECK(r.offset == at);
+    CHECK((r.length == 21238272 / 32 || r.length == 21238272 / 32 + 1));
+    at = r.end();
+  }
+  CHECK(at == 7 + 21238272);
+}
+
 TEST_CASE("plan_transfers: wanted - cached, coalesced, split", "[planner][plan_transfers]") {
   struct Row {
     const char* name;
