@@ -402,7 +402,43 @@ def table_options(section: str) -> Set[str]:
     return opts
 
 
-def check_cli(cli: Path, cli_md: Path) -> List[str]:
+def exit_codes_of_table(text: str, heading: str) -> Set[int]:
+    """The codes in the first column of the table under `## HEADING` of a Markdown page."""
+    codes: Set[int] = set()
+    inside = False
+    for line in text.split("\n"):
+        if line.startswith("## "):
+            inside = line[3:].strip() == heading
+            continue
+        if inside and line.startswith("|"):
+            codes.update(int(c) for c in re.findall(r"\b(\d+)\b", line.split("|")[1]))
+    return codes
+
+
+def man_text(man: Path) -> str:
+    return re.sub(r"\\f[BIRP]", "", man.read_text(encoding="utf-8")).replace("\\-", "-")
+
+
+def man_commands(man: str) -> Set[str]:
+    """The commands of the man page's COMMANDS section (its .SS headings)."""
+    section = man.split("\n.SH COMMANDS", 1)[1].split("\n.SH ", 1)[0]
+    out: Set[str] = set()
+    for heading in re.findall(r'^\.SS "([^"]*)"', section, flags=re.M):
+        words = heading.split()
+        out.add(" ".join(words[:2]) if words[0] == "cache" else words[0])
+    return out
+
+
+def man_exit_codes(man: str) -> Set[int]:
+    section = man.split("\n.SH EXIT STATUS", 1)[1].split("\n.SH ", 1)[0]
+    codes: Set[int] = set()
+    for line in re.findall(r"^\.BR? (.*)$", section, flags=re.M):
+        if re.fullmatch(r'[\d", ]+', line.strip()):
+            codes.update(int(c) for c in re.findall(r"\d+", line))
+    return codes
+
+
+def check_cli(cli: Path, cli_md: Path, man: Optional[Path] = None, readme: Optional[Path] = None) -> List[str]:
     text = cli_md.read_text(encoding="utf-8")
     sections = cli_sections(text)
     failures: List[str] = []
@@ -431,6 +467,66 @@ def check_cli(cli: Path, cli_md: Path) -> List[str]:
     mentioned |= {o for o in re.findall(r"tensorfetch[^\n`]*", text) for o in OPTION.findall(o)}
     for o in sorted(o for o in mentioned if o.startswith("--") and o not in every | {"--help", "--version"}):
         failures.append(f"{cli_md}: names {o}, which no `tensorfetch ... --help` prints")
+
+    # The man page and the README agree with cli.md on the commands and the exit codes. (That the
+    # man page names every option of every --help is the `install` suite's check.)
+    codes = exit_codes_of_table(text, "Exit codes")
+    if len(codes) < 5:
+        failures.append(f"{cli_md}: no table of exit codes under `## Exit codes` (found {sorted(codes)})")
+    if man is not None:
+        mtext = man_text(man)
+        if man_commands(mtext) != set(sections):
+            failures.append(f"{man}: its COMMANDS are {sorted(man_commands(mtext))}, cli.md's {sorted(sections)}")
+        if man_exit_codes(mtext) != codes:
+            failures.append(f"{man}: its EXIT STATUS codes are {sorted(man_exit_codes(mtext))}, cli.md's {sorted(codes)}")
+    if readme is not None:
+        rcodes = exit_codes_of_table(readme.read_text(encoding="utf-8"), "Exit codes")
+        if rcodes != codes:
+            failures.append(f"{readme}: its exit codes are {sorted(rcodes)}, cli.md's {sorted(codes)}")
+    return failures
+
+
+# --- links --------------------------------------------------------------------------------------
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but - and _ dropped, spaces to -."""
+    text = re.sub(r"[`*]", "", heading.strip()).lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> Set[str]:
+    seen: Dict[str, int] = {}
+    out: Set[str] = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if FENCE.match(line):
+            in_code = not in_code
+            continue
+        m = re.match(r"^#{1,6}\s+(.*)$", line)
+        if m and not in_code:
+            base = slug(m.group(1))
+            n = seen.get(base, 0)
+            seen[base] = n + 1
+            out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def check_links(files: List[Path]) -> List[str]:
+    """Every relative link of the pages names a file that exists, and an anchor its headings make."""
+    failures: List[str] = []
+    for path in files:
+        text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"^[a-z]+:", target):
+                continue  # https:, mailto:
+            file_part, _, anchor = target.partition("#")
+            dest = (path.parent / file_part).resolve() if file_part else path.resolve()
+            if not dest.exists():
+                failures.append(f"{path}: a link to {target}: no such file")
+                continue
+            if anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                failures.append(f"{path}: a link to {target}: no such heading in {dest.name}")
     return failures
 
 
@@ -452,14 +548,15 @@ def main() -> int:
     args = ap.parse_args()
 
     if args.check_cli:
-        failures = check_cli(args.cli, args.source / "docs" / "cli.md")
+        failures = check_cli(args.cli, args.source / "docs" / "cli.md", args.source / "tools" / "tensorfetch" / "tensorfetch.1",
+                             args.source / "README.md")
         for f in failures:
             print("FAIL:", f)
         print(f"cli.md against --help: {len(failures)} failure(s)")
         return 1 if failures else 0
 
     files = args.files or [args.source / "README.md"] + sorted((args.source / "docs").glob("*.md"))
-    failures: List[str] = []
+    failures: List[str] = check_links(files)
     pages: List[Tuple[Path, List[Tuple[Block, Marker]]]] = []
     counts = {"run": 0, "skip": 0, "compile": 0}
     left_out = 0  # python blocks of a build without the Python package
@@ -497,6 +594,8 @@ def main() -> int:
                 todo.append((b, m))
         pages.append((path, todo))
     if args.list:
+        for f in failures:
+            print("FAIL:", f)
         print(f"{counts['run']} run, {counts['skip']} skipped, {counts['compile']} built by the install suite")
         return 1 if failures else 0
 
