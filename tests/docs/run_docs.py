@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import os
 import re
 import shutil
@@ -486,6 +487,31 @@ def check_cli(cli: Path, cli_md: Path, man: Optional[Path] = None, readme: Optio
     return failures
 
 
+# --- python.md against the package ------------------------------------------------------------
+
+PYTHON_API = r"""
+import json, tensorfetch
+print(json.dumps({"names": list(tensorfetch.__all__),
+                  "options": sorted([*tensorfetch._OPEN_OPTIONS, *tensorfetch._FETCH_OPTIONS])}))
+"""
+
+
+def check_python_api(env: "Env", penv: Dict[str, str], python_md: Path) -> List[str]:
+    """python.md names (in backticks) every public name of the package and every keyword option."""
+    rc, out = run([env.python, "-c", PYTHON_API], python_md.parent, penv)
+    if rc != 0:
+        return [f"cannot list the Python package's API: {out}"]
+    api = json.loads(out.strip().splitlines()[-1])
+    text = re.sub(r"^(`{3,}).*?^\1", "", python_md.read_text(encoding="utf-8"), flags=re.S | re.M)
+    code = set(re.findall(r"`([^`\n]+)`", text))
+    words = {w for c in code for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", c)}
+    failures = [f"{python_md}: does not name tensorfetch.{n} (in tensorfetch.__all__)" for n in api["names"]
+                if n not in words]
+    failures += [f"{python_md}: does not name the keyword option `{o}` of safe_open" for o in api["options"]
+                 if o not in words]
+    return failures
+
+
 # --- links --------------------------------------------------------------------------------------
 
 def slug(heading: str) -> str:
@@ -610,6 +636,17 @@ def main() -> int:
                 pythonpath = ":".join(str(Path(p).resolve()) for p in args.pythonpath.split(":") if p)
                 env = Env(args.cli.resolve(), pythonpath, args.python_preload, hub.endpoint, args.reference,
                           args.python)
+                python_md = args.source / "docs" / "python.md"
+                if args.python and python_md.exists():
+                    home = tmp / "python-api"
+                    home.mkdir()
+                    penv = page_environment(env, home)
+                    if env.python_preload:
+                        penv["LD_PRELOAD"] = env.python_preload
+                        penv["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0"
+                    problems = check_python_api(env, penv, python_md)
+                    print(f"{'ok' if not problems else 'FAIL'} {python_md}: names the package's API")
+                    failures += problems
                 for path, todo in pages:
                     if not todo:
                         continue
