@@ -484,6 +484,15 @@ def check_cli(cli: Path, cli_md: Path, man: Optional[Path] = None, readme: Optio
         rcodes = exit_codes_of_table(readme.read_text(encoding="utf-8"), "Exit codes")
         if rcodes != codes:
             failures.append(f"{readme}: its exit codes are {sorted(rcodes)}, cli.md's {sorted(codes)}")
+        # CI runs exactly the README's test command (.ci/run).
+        ci = readme.parent / ".ci" / "run"
+        if ci.exists():
+            commands = [l.strip() for l in ci.read_text(encoding="utf-8").split("\n")
+                        if l.strip() and not l.strip().startswith(("#", "set ", "cd "))]
+            blocks = "\n".join(b.text for b in extract_blocks(readme)[0] if b.lang in ("sh", "bash", "console"))
+            for c in commands:
+                if not re.search(r"^(\$ )?" + re.escape(c) + r"(\s|$)", blocks, flags=re.M):
+                    failures.append(f"{readme}: no shell block runs `{c}`, the command .ci/run runs")
     return failures
 
 
