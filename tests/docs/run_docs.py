@@ -31,9 +31,13 @@ config.json), and the environment has:
   PATH               the build's `tensorfetch` first; PYTHONPATH: the build's Python package.
 No HF_TOKEN or AWS_* variable reaches the examples.
 
+Also checked while the examples run: every relative link leads to a file and a heading that
+exist, and docs/python.md names every name of `tensorfetch.__all__` and every keyword option.
+
 --check-cli compares docs/cli.md with the CLI: for every command, the options its `--help`
 prints must be exactly the options named in the tables of that command's section, and every
-option named anywhere in cli.md must exist in some `--help`.
+option named anywhere in cli.md must exist in some `--help`; the man page's commands and exit
+codes, README's exit codes and README's test command (.ci/run's) must agree with it.
 
 Exit status: 0 when every block and check passed, 1 otherwise (each failure says file and line).
 """
