@@ -59,7 +59,7 @@ build() {  # DIR MESON_SETUP_ARGS...
 # 1. Warnings as errors, every suite (with the Python package and its pytest suite).
 build build-ci --werror -Dbench=true -Dpython=enabled && run_suite "warnings-as-errors" build-ci
 
-# 1b. The Python wheel as a user installs it (README): pip install --no-build-isolation into a
+# 1b. The Python wheel as a user installs it (docs/python.md): pip install --no-build-isolation into a
 #     venv that sees Debian's numpy/torch, then the package is imported from outside the tree.
 wheel_check() {
   local tmp rc src=$PWD; tmp=$(mktemp -d)

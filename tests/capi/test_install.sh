@@ -5,7 +5,7 @@
 #    the man page (renders without warnings, documents every option of every --help);
 #  - the exports: only the public API, nothing of tensorfetch::detail, simdjson, nlohmann, curl;
 #  - tools/examples/list_tensors.c built as plain C with nothing but pkg-config's flags, run on
-#    the reference checkpoints; the C example of README.md built the same way;
+#    the reference checkpoints; the C examples of README.md and docs/ built the same way;
 #  - a C++20 consumer of the public C++ headers, built and run the same way.
 # Environment (tests/capi/meson.build): MESON BUILD_ROOT SOURCE_ROOT INSTALL_{BIN,LIB,INCLUDE,MAN}DIR
 # PROJECT_VERSION CC CXX CONSUMER_FLAGS TENSORFETCH_REFERENCE_DIR.
@@ -137,15 +137,31 @@ check "missing file: exit 1 (got $rc)" test "$rc" -eq 1
 check "missing file: message names the path and the code" \
   bash -c "grep -qF '$work/missing.safetensors' '$work/missing.err' && grep -qF NotFound '$work/missing.err'"
 
-# The C example of README.md ("Using it as a library") builds the same way (it is not run: it
-# opens a Hub repo).
-awk '/^## Using it as a library/ { in_section = 1 } in_section && /^```c$/ { in_code = 1; next }
-     in_code && /^```$/ { exit } in_code { print }' "$SOURCE_ROOT/README.md" >"$work/readme_example.c"
-check "README.md has a C example under 'Using it as a library'" grep -q tf_open "$work/readme_example.c"
-# shellcheck disable=SC2086
-check "the C example of README.md builds against the staged library" \
-  $CC ${CONSUMER_FLAGS:-} -std=c99 -Wall -Wextra -Wpedantic -Werror "$work/readme_example.c" $flags \
-  -o "$work/readme_example"
+# The C examples of README.md and docs/*.md: every ```c block marked `<!-- doctest: compile -->`
+# (docs/development.md, "Tested documentation") builds the same way (they are not run: they open
+# a Hub repo). The docs suite checks that every c block is marked.
+c_examples=0
+for doc in "$SOURCE_ROOT/README.md" "$SOURCE_ROOT"/docs/*.md; do
+  [ -f "$doc" ] || continue
+  # Each marked block to its own file: NAME.LINE.c
+  awk -v out="$work/doc_example" -v name="$(basename "$doc" .md)" '
+    /^<!-- *doctest: *compile *--> *$/ { marked = 1; next }
+    marked && /^```c *$/ { file = out "." name "." NR ".c"; in_code = 1; marked = 0; next }
+    in_code && /^```/ { in_code = 0; next }
+    in_code { print > file; next }
+    /^[[:space:]]*$/ { next }
+    { marked = 0 }' "$doc"
+done
+for example in "$work"/doc_example.*.c; do
+  [ -f "$example" ] || continue
+  c_examples=$((c_examples + 1))
+  where=${example#"$work"/doc_example.}
+  # shellcheck disable=SC2086
+  check "the C example $where (docs) builds against the staged library" \
+    $CC ${CONSUMER_FLAGS:-} -std=c99 -Wall -Wextra -Wpedantic -Werror "$example" $flags -o "$example.bin"
+done
+check "README.md and docs/ have C examples marked doctest: compile (found $c_examples)" test "$c_examples" -ge 2
+check "README.md has a C example" bash -c "ls '$work'/doc_example.README.*.c >/dev/null 2>&1"
 
 # --- a C++ consumer of the public C++ headers ---------------------------------------------------
 # shellcheck disable=SC2086

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Known failures of safetensors' own tests against tensorfetch, each with its class and reason.
 
-Classes: "a" tensorfetch bug, "b" documented difference (README.md, "Differences from
+Classes: "a" tensorfetch bug, "b" documented difference (docs/python.md, "Differences from
 safetensors.safe_open"), "c" shim limitation, "d" environment. An entry matches a failure when
 the test id and mode match and its pattern is found in the failure's first line; a failure that
 matches no entry is unclassified (and fails the run, as class "a" does). An entry that matches
@@ -19,13 +19,13 @@ CLASSES = {
 KNOWN = [
     ("test_simple.py::ReadmeTestCase::test_numpy_slice", ("local", "http"), "b",
      r"TypeError: tensor 'a': .* not list$",
-     "README: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
+     "docs/python.md: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
      "accepts only [] among them\"); the assertions after it (SafetensorError for [2:, -6], "
      "[[0, 1]], [2:, 20], [:20], [:, :20]) expect safetensors' errors where tensorfetch, as "
      "documented, raises IndexError/TypeError or clips the slice bounds"),
     ("test_simple.py::ReadmeTestCase::test_torch_slice", ("local", "http"), "b",
      r"TypeError: tensor 'a': .* not list$",
-     "README: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
+     "docs/python.md: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
      "accepts only [] among them\"); the slices before it passed"),
     ("test_handle.py::ReadmeTestCase::test_fsspec", ("local", "http"), "d",
      r"No module named 'fsspec'",

@@ -143,7 +143,7 @@ Result<Chosen> open_and_choose(const GetOptions& options, bool warm, WriteOption
 }
 
 // `get --plan`: the transfers `Checkpoint::plan` gives for the selection, as one JSON object on
-// stdout (README, "get --plan"), and nothing fetched or written. The open warms no connections:
+// stdout (docs/cli.md, "get --plan"), and nothing fetched or written. The open warms no connections:
 // the only requests are the open's own (and a plain URL's config.json for --tp).
 int run_get_plan(const GetOptions& options) {
   WriteOptions unused;  // (--tp's metadata goes into an output; there is none)
