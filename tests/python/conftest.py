@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import urllib.parse
 import urllib.request
@@ -49,6 +50,17 @@ def manifest(reference: Path) -> Dict[str, Any]:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def safetensors_bytes(tensors) -> bytes:
+    """A safetensors file of (name, dtype, shape, raw bytes), laid out in order."""
+    header, data = {}, b""
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
 
 
 class Hub:

@@ -10,26 +10,13 @@
 """
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tensorfetch
-from conftest import cdn_requests
-
-
-def safetensors_bytes(tensors):
-    """A safetensors file of (name, dtype, shape, raw bytes), laid out in order."""
-    header, data = {}, b""
-    for name, dtype, shape, raw in tensors:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data
+from conftest import cdn_requests, safetensors_bytes
 
 
 ALL_EMPTY = [("a", "F32", (0,), b""), ("b", "I64", (3, 0), b""), ("c", "F16", (0, 5, 2), b""), ("d", "U8", (0,), b"")]

@@ -142,20 +142,32 @@ def test_torch_tensors_are_writable_copy_on_write_and_the_file_never_changes(ref
     assert sha256(path.read_bytes()) == before
 
 
-SLICES = [
+IN_RANGE_SLICES = [
     np.s_[:], np.s_[0], np.s_[-1], np.s_[3:9], np.s_[3:9, 10:20], np.s_[:, 5], np.s_[..., 7], np.s_[5, ...],
-    np.s_[::7], np.s_[1:200:13, ::-3], np.s_[::-1], np.s_[-5:1:-2, 1000:], np.s_[10:10], np.s_[300:], np.s_[-300:4],
-    np.s_[4:2], np.s_[:, 1023:1024],
+    np.s_[::7], np.s_[1:200:13, ::-3], np.s_[::-1], np.s_[-5:1:-2, 1000:], np.s_[10:10], np.s_[4:2],
+    np.s_[:, 1023:1024], np.s_[[]],
 ]
+# Bounds out of range: clipped by NumPy and torch (framework="pt"), refused with framework="np"
+# as safetensors' Rust indexer refuses them (test_slices.py checks its messages).
+CLIPPED_SLICES = [np.s_[300:], np.s_[-300:4], np.s_[:, 1000:2000], np.s_[256:]]
+SLICES = IN_RANGE_SLICES + CLIPPED_SLICES
 
 
-@pytest.mark.parametrize("index", SLICES, ids=[repr(s) for s in SLICES])
+@pytest.mark.parametrize("index", IN_RANGE_SLICES, ids=[repr(s) for s in IN_RANGE_SLICES])
 def test_slices_equal_numpy_slicing_of_the_full_tensor(reference, index):
     with tensorfetch.safe_open(reference / "dtypes/model.safetensors", framework="np") as f:
         full = f.get_tensor("big_f32")
         part = f.get_slice("big_f32")[index]
         assert part.shape == full[index].shape
         assert np.array_equal(part, full[index])
+
+
+@pytest.mark.parametrize("index", CLIPPED_SLICES, ids=[repr(s) for s in CLIPPED_SLICES])
+def test_np_slice_bounds_out_of_range_are_a_slice_error_not_clipped(reference, index):
+    with tensorfetch.safe_open(reference / "dtypes/model.safetensors", framework="np") as f:
+        with pytest.raises(tensorfetch.SliceError, match=r"^Error during slicing .* with shape \[256, 1024\]: "
+                                                          r"index -?\d+ out of bounds for tensor dimension #[01]"):
+            f.get_slice("big_f32")[index]
 
 
 def test_slices_in_torch_equal_numpy_slicing_also_with_negative_steps(reference):
@@ -174,13 +186,14 @@ def test_slice_of_a_sharded_checkpoint_and_bad_indices(reference):
     with tensorfetch.safe_open(reference / "llama-tiny-sharded", framework="pt") as f:
         s = f.get_slice("lm_head.weight")
         assert s.get_shape() == [1200, 64] and s.get_dtype() == "BF16" and len(s) == 1200
-        with pytest.raises(IndexError, match="out of bounds"):
+        with pytest.raises(tensorfetch.SliceError, match="out of bounds"):  # an IndexError too
             s[1200]
         with pytest.raises(IndexError, match="too many indices"):
             s[0, 0, 0]
         with pytest.raises(TypeError, match="only integers, slices"):
             s[None]
-        with pytest.raises(TypeError, match="only integers, slices"):
+        # Lists: safetensors' SafetensorError, also for torch (whose T[[1, 2]] would gather rows).
+        with pytest.raises(tensorfetch.SliceError, match="^Non empty lists are not implemented$"):
             s[[1, 2]]
 
 

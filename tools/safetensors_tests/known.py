@@ -15,25 +15,16 @@ CLASSES = {
     "d": "environment",
 }
 
-# (test id, modes, class, pattern in the first error line (regex), reason)
-KNOWN = [
-    ("test_simple.py::ReadmeTestCase::test_numpy_slice", ("local", "http"), "b",
-     r"TypeError: tensor 'a': .* not list$",
-     "docs/python.md: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
-     "accepts only [] among them\"); the assertions after it (SafetensorError for [2:, -6], "
-     "[[0, 1]], [2:, 20], [:20], [:, :20]) expect safetensors' errors where tensorfetch, as "
-     "documented, raises IndexError/TypeError or clips the slice bounds"),
-    ("test_simple.py::ReadmeTestCase::test_torch_slice", ("local", "http"), "b",
-     r"TypeError: tensor 'a': .* not list$",
-     "docs/python.md: get_slice indexing follows NumPy: slice_[list()] is a TypeError (\"safetensors "
-     "accepts only [] among them\"); the slices before it passed"),
-    ("test_handle.py::ReadmeTestCase::test_fsspec", ("local", "http"), "d",
-     r"No module named 'fsspec'",
-     "fsspec is not installed (Debian 12 has it: apt-get install python3-fsspec)"),
-]
+# (test id, modes, class, pattern in the first error line (regex), reason). None at present:
+# get_slice's indexing follows safetensors' own test_numpy_slice/test_torch_slice (docs/python.md,
+# "Slices"); test_handle.py::test_fsspec passes where fsspec is installed (ENV_PATTERNS below).
+KNOWN: list = []
 
-# Rules by pattern, for any test: torch 1.13 lacks float8 and uint16/32/64.
+# Rules by pattern, for any test (never reported stale): torch 1.13 lacks float8 and
+# uint16/32/64; test_handle.py::test_fsspec imports fsspec, which may be missing.
 ENV_PATTERNS = [
+    (r"No module named 'fsspec'",
+     "d", "fsspec is not installed (Debian 12 has it: apt-get install python3-fsspec)"),
     (r"DtypeError.*(float8|float4|uint16|uint32|uint64|F8_|F4|U16|U32|U64)"
      r"|module 'torch' has no attribute '(float8|float4|uint16|uint32|uint64)",
      "d", "torch 1.13 has no such dtype (float8/float4 need torch >= 2.1/2.8, uint16/32/64 >= 2.3)"),

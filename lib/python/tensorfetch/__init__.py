@@ -30,6 +30,7 @@ import contextlib
 import fnmatch
 import json
 import numbers
+import operator
 import os
 import sys
 import time
@@ -46,6 +47,7 @@ from .errors import (
     NetworkError,
     NotFetchedError,
     NotFoundError,
+    SliceError,
     StaleCacheWarning,
     TensorfetchError,
     TensorNotFoundError,
@@ -248,31 +250,68 @@ def _fetch(ckpt: Any, names: Union[None, str, Iterable[str]], progress: Any) -> 
             bar.finish()
 
 
-def _normalize_index(key: Any, shape: Sequence[int], name: str) -> Tuple[list, Optional[list]]:
-    """Turns a NumPy basic index into the byte-range slice the binding fetches and the step
+def _bound_text(v: Any) -> str:
+    return "" if v is None else str(operator.index(v))
+
+
+def _normalize_index(key: Any, shape: Sequence[int], name: str,
+                     checked: bool) -> Tuple[list, Optional[list]]:
+    """Turns an index of ``SafeSlice`` into the byte-range slice the binding fetches and the step
     applied afterwards: (dims, post) where dims holds (is_index, index, start, stop) per
     dimension, and post (or None) the slices with steps, relative to the fetched box, per kept
-    dimension."""
+    dimension.
+
+    ``checked`` (``framework="np"``) applies safetensors' rules and messages for its Rust
+    indexer: an explicit slice bound outside the dimension is a ``SliceError``, not clipped.
+    Otherwise (``"pt"``, where safetensors hands the index to torch) bounds are clipped as torch
+    and NumPy do. Both: ``[]`` selects nothing along the first dimension, a non-empty list is
+    safetensors' "Non empty lists are not implemented", an integer out of range a
+    ``SliceError``."""
+    ndim = len(shape)
+    if isinstance(key, list):
+        if key:
+            raise SliceError("Non empty lists are not implemented")
+        if ndim == 0:
+            raise SliceError(f"tensor {name!r}: too many indices for a tensor of 0 dimensions: 1 given")
+        return [(False, 0, 0, 0)], None  # A[[]]: nothing along dimension 0, the rest whole
     if not isinstance(key, tuple):
         key = (key,)
-    ndim = len(shape)
     n_ellipsis = sum(1 for k in key if k is Ellipsis)
     if n_ellipsis > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
+        raise SliceError("an index can only have a single ellipsis ('...')")
     explicit = len(key) - n_ellipsis
     if explicit > ndim:
-        raise IndexError(f"tensor {name!r}: too many indices for a tensor of {ndim} dimensions: {len(key)} given")
+        raise SliceError(f"tensor {name!r}: too many indices for a tensor of {ndim} dimensions: {len(key)} given")
+    # Each given item with its axis (an ellipsis spans several, and is rendered as given).
     expanded: List[Any] = []
+    given: List[Tuple[int, Any]] = []
     for k in key:
         if k is Ellipsis:
+            given.append((-1, k))
             expanded.extend([slice(None)] * (ndim - explicit))
         else:
+            given.append((len(expanded), k))
             expanded.append(k)
     expanded.extend([slice(None)] * (ndim - len(expanded)))
+    for axis, (k, size) in enumerate(zip(expanded, shape)):
+        if isinstance(k, slice):
+            k.indices(size)  # a bound that is not an integer, a zero step: as Python says
+        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
+            i = int(k)
+            if i < -size:
+                raise SliceError(f"Invalid index {i} for dimension {axis} of size {size}" if checked else
+                                 f"tensor {name!r}: index {i} is out of bounds for axis {axis} with size {size}")
+            if i >= size and not checked:
+                raise SliceError(f"tensor {name!r}: index {i} is out of bounds for axis {axis} with size {size}")
+        else:
+            raise TypeError(f"tensor {name!r}: only integers, slices (':'), and an ellipsis ('...') are valid "
+                            f"indices, not {type(k).__name__}")
+    if checked:
+        _check_bounds(given, shape)
     dims: list = []
     post: list = []
     stepped = False
-    for axis, (k, size) in enumerate(zip(expanded, shape)):
+    for k, size in zip(expanded, shape):
         if isinstance(k, slice):
             start, stop, step = k.indices(size)
             count = len(range(start, stop, step))
@@ -285,15 +324,46 @@ def _normalize_index(key: Any, shape: Sequence[int], name: str) -> Tuple[list, O
             dims.append((False, 0, lo, hi))
             post.append(slice(None, None, step))
             stepped = stepped or (step != 1 and count > 1)
-        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
-            i = int(k)
-            if not -size <= i < size:
-                raise IndexError(f"tensor {name!r}: index {i} is out of bounds for axis {axis} with size {size}")
-            dims.append((True, i + size if i < 0 else i, 0, 0))
         else:
-            raise TypeError(f"tensor {name!r}: only integers, slices (':'), and an ellipsis ('...') are valid "
-                            f"indices, not {type(k).__name__}")
+            i = int(k)
+            dims.append((True, i + size if i < 0 else i, 0, 0))
     return dims, (post if stepped else None)
+
+
+def _check_bounds(given: List[Tuple[int, Any]], shape: Sequence[int]) -> None:
+    """safetensors' bounds rule (its ``SliceIterator::new``), dimensions checked last to first:
+    an index or explicit slice start must be below the size, an explicit stop at most the size
+    (negative ones counted from the end, which safetensors refuses). Unlike there, an omitted
+    bound is never out of range (safetensors refuses even ``[:]`` of a dimension of size 0)."""
+    def text(axis: int, k: Any) -> str:
+        if k is Ellipsis:
+            return "..."
+        if isinstance(k, slice):
+            return (_bound_text(k.start) + ":" + _bound_text(k.stop)
+                    + ("" if k.step is None else ":" + _bound_text(k.step)))
+        i = int(k)
+        return str(i + shape[axis] if i < 0 else i)
+
+    for axis, k in reversed(given):
+        if k is Ellipsis:
+            continue
+        size = shape[axis]
+        asked: Optional[int] = None
+        if isinstance(k, slice):
+            start = None if k.start is None else operator.index(k.start)
+            stop = None if k.stop is None else operator.index(k.stop)
+            if start is not None and not 0 <= (start + size if start < 0 else start) < size:
+                asked = start
+            elif stop is not None and not 0 <= (stop + size if stop < 0 else stop) <= size:
+                asked = stop - 1 if stop > 0 else stop
+        else:
+            i = int(k)
+            if (i + size if i < 0 else i) >= size:
+                asked = i
+        if asked is not None:
+            rendered = "[" + ", ".join(text(a, g) for a, g in given) + "]"
+            raise SliceError(f"Error during slicing {rendered} with shape {list(shape)}: "
+                             f"index {asked} out of bounds for tensor dimension #{axis} of size {size}")
 
 
 def _apply_steps(t: Any, post: list, torch_framework: bool) -> Any:
@@ -312,8 +382,11 @@ class SafeSlice:
     """A tensor not yet read, as ``safe_open.get_slice`` returns it (safetensors' ``PySafeSlice``).
 
     ``get_shape()`` and ``get_dtype()`` come from the header; indexing (``s[0:128, :]``,
-    ``s[-1]``, ``s[..., 4:8]``, steps too) fetches only the byte ranges of the rows and columns
-    asked for (the bounding box when there are steps) and returns a new tensor holding a copy.
+    ``s[-1]``, ``s[..., 4:8]``, steps too, ``s[[]]``) fetches only the byte ranges of the rows
+    and columns asked for (the bounding box when there are steps) and returns a new tensor
+    holding a copy. Indices out of range raise ``SliceError`` as safetensors raises its
+    ``SafetensorError`` (with ``framework="np"`` in its words; ``"pt"`` clips slice bounds as
+    torch does): see docs/python.md, "Slices".
     """
 
     def __init__(self, owner: "safe_open", name: str) -> None:
@@ -348,7 +421,7 @@ class SafeSlice:
 
     def __getitem__(self, key: Any) -> Any:
         owner = self._owner
-        dims, post = _normalize_index(key, self._shape, self._name)
+        dims, post = _normalize_index(key, self._shape, self._name, owner._fw == 0)
         t = owner._handle().get_slice(self._name, dims, owner._fw)
         if post is not None:
             t = _apply_steps(t, post, owner._fw == 1)

@@ -12,6 +12,7 @@ from .errors import (
     NetworkError as NetworkError,
     NotFetchedError as NotFetchedError,
     NotFoundError as NotFoundError,
+    SliceError as SliceError,
     StaleCacheWarning as StaleCacheWarning,
     TensorfetchError as TensorfetchError,
     TensorNotFoundError as TensorNotFoundError,

@@ -13,6 +13,8 @@ Every message names the file, tensor, URL and byte range involved, as the CLI's 
   - ``CancelledError`` (1): a progress callback returned False
   - ``DtypeError`` (1, also a ``TypeError``): the framework has no such dtype (BF16 in NumPy,
     F8 in torch < 2.1); the bytes are never reinterpreted as another type
+  - ``SliceError`` (1, also an ``IndexError``): an index of ``get_slice(...)[...]`` out of range
+    or not supported; with ``framework="np"`` in safetensors' words (its ``SafetensorError``)
 - Ctrl-C during a fetch raises ``KeyboardInterrupt`` once the fetch has stopped.
 
 And one warning class:
@@ -34,6 +36,7 @@ __all__ = [
     "NotFetchedError",
     "CancelledError",
     "DtypeError",
+    "SliceError",
     "StaleCacheWarning",
 ]
 
@@ -95,6 +98,13 @@ class CancelledError(TensorfetchError):
 
 class DtypeError(TensorfetchError, TypeError):
     """The framework asked for has no dtype for this tensor (e.g. BF16 in NumPy)."""
+
+
+class SliceError(TensorfetchError, IndexError):
+    """An index of ``get_slice(...)[...]`` that is out of range for the tensor's shape, or of a
+    kind not supported (a non-empty list). Where safetensors raises its ``SafetensorError`` for
+    the same index (``framework="np"``, and a non-empty list in both frameworks), the message
+    is safetensors' own, e.g. ``Invalid index -6 for dimension 1 of size 5``."""
 
 
 _BY_EXIT = {2: FormatError, 3: NetworkError, 4: IntegrityError}
