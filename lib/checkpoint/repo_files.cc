@@ -169,6 +169,14 @@ detail::HttpClient& listing_client(Checkpoint::Impl& impl) {
   return *impl.repo.client;
 }
 
+// Under repo.fetch_mutex: the client for requests to the Hub (the listing, first resolves): the
+// open's, whose idle connection to the endpoint saves a TCP and TLS handshake (for a Hub repo
+// nothing else uses it after the open: url_config_json is for plain URLs only), else our own.
+detail::HttpClient& hub_client(Checkpoint::Impl& impl) {
+  if (impl.hub && impl.open_client && impl.open_client->reconfigure(impl.http)) return *impl.open_client;
+  return listing_client(impl);
+}
+
 // Under repo.fetch_mutex: the listing, asked once.
 Result<void> ensure_listed(Checkpoint::Impl& impl, const Checkpoint& cp) {
   {
@@ -184,7 +192,7 @@ Result<void> ensure_listed(Checkpoint::Impl& impl, const Checkpoint& cp) {
     const std::string rev = impl.commit ? *impl.commit : impl.revision;
     auto req = request_for(impl, listing_url(impl, rev));
     req.max_body = 64 << 20;  // 100,000 files of ~300 bytes each, with room
-    auto res = listing_client(impl).perform(std::span(&req, 1));
+    auto res = hub_client(impl).perform(std::span(&req, 1));
     if (!res[0]) return fail(res[0].error().with_context(impl.location + ": listing the repo's files"));
     if (res[0]->status != 200) return fail(hub_reply_error(impl, *res[0], "the repo's file listing"));
     auto listed = parse_listing(res[0]->body, res[0]->url, impl.commit);
@@ -277,7 +285,7 @@ Result<std::uint64_t> resolve_first(Checkpoint::Impl& impl, ListedFile& l, detai
   auto req = request_for(impl, l.resolve_url);
   req.range = range;
   req.max_body = range.length;
-  auto res = listing_client(impl).perform(std::span(&req, 1));
+  auto res = hub_client(impl).perform(std::span(&req, 1));
   const std::string what = impl.location + ": " + l.info.path;
   if (!res[0]) return fail(res[0].error().with_context(what));
   const detail::HttpResponse& r = *res[0];
