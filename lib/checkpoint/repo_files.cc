@@ -177,6 +177,16 @@ detail::HttpClient& hub_client(Checkpoint::Impl& impl) {
   return listing_client(impl);
 }
 
+// Under repo.fetch_mutex: `req` on hub_client; when that fails without an answer (an idle
+// connection the server closed meanwhile, which a proxy may not show until it is used), once more
+// on our own client's fresh connections.
+Result<detail::HttpResponse> perform_hub(Checkpoint::Impl& impl, const detail::HttpRequest& req) {
+  detail::HttpClient& first = hub_client(impl);
+  auto res = first.perform(std::span(&req, 1));
+  if (!res[0] && &first != &listing_client(impl)) res = listing_client(impl).perform(std::span(&req, 1));
+  return std::move(res[0]);
+}
+
 // Under repo.fetch_mutex: the listing, asked once.
 Result<void> ensure_listed(Checkpoint::Impl& impl, const Checkpoint& cp) {
   {
@@ -192,10 +202,10 @@ Result<void> ensure_listed(Checkpoint::Impl& impl, const Checkpoint& cp) {
     const std::string rev = impl.commit ? *impl.commit : impl.revision;
     auto req = request_for(impl, listing_url(impl, rev));
     req.max_body = 64 << 20;  // 100,000 files of ~300 bytes each, with room
-    auto res = hub_client(impl).perform(std::span(&req, 1));
-    if (!res[0]) return fail(res[0].error().with_context(impl.location + ": listing the repo's files"));
-    if (res[0]->status != 200) return fail(hub_reply_error(impl, *res[0], "the repo's file listing"));
-    auto listed = parse_listing(res[0]->body, res[0]->url, impl.commit);
+    auto res = perform_hub(impl, req);
+    if (!res) return fail(res.error().with_context(impl.location + ": listing the repo's files"));
+    if (res->status != 200) return fail(hub_reply_error(impl, *res, "the repo's file listing"));
+    auto listed = parse_listing(res->body, res->url, impl.commit);
     if (!listed) return fail(listed.error());
     files = std::move(*listed);
     // The checkpoint's files must be listed, with the sizes the open read.
@@ -204,11 +214,11 @@ Result<void> ensure_listed(Checkpoint::Impl& impl, const Checkpoint& cp) {
       auto it = std::lower_bound(files.begin(), files.end(), path,
                                  [](const RepoFile& f, const std::string& p) { return f.path < p; });
       if (it == files.end() || it->path != path) {
-        return fail(ErrorCode::BadResponse, res[0]->url + ": the listing lacks " + detail::quote_name(path) +
+        return fail(ErrorCode::BadResponse, res->url + ": the listing lacks " + detail::quote_name(path) +
                                                 ", which the open read");
       }
       if (it->size != impl.files[i].info.size) {
-        return fail(ErrorCode::BadResponse, res[0]->url + ": the listing gives " + detail::quote_name(path) + " " +
+        return fail(ErrorCode::BadResponse, res->url + ": the listing gives " + detail::quote_name(path) + " " +
                                                 std::to_string(it->size) + " bytes, the open read " +
                                                 std::to_string(impl.files[i].info.size));
       }
@@ -285,10 +295,10 @@ Result<std::uint64_t> resolve_first(Checkpoint::Impl& impl, ListedFile& l, detai
   auto req = request_for(impl, l.resolve_url);
   req.range = range;
   req.max_body = range.length;
-  auto res = hub_client(impl).perform(std::span(&req, 1));
+  auto res = perform_hub(impl, req);
   const std::string what = impl.location + ": " + l.info.path;
-  if (!res[0]) return fail(res[0].error().with_context(what));
-  const detail::HttpResponse& r = *res[0];
+  if (!res) return fail(res.error().with_context(what));
+  const detail::HttpResponse& r = *res;
   stats.requests += static_cast<std::uint64_t>(r.attempts) + r.redirects.size();
   stats.retries += static_cast<std::uint64_t>(r.attempts > 0 ? r.attempts - 1 : 0);
   const bool whole = range.offset == 0 && range.length == l.info.size;
