@@ -56,6 +56,7 @@ struct Node {
   std::string text;                         // Text: the bytes
   std::vector<ByteRange> tensors;           // Tensors: every tensor as a range of the file, by offset
   std::uint64_t data_offset = 0;            // Tensors: 8 + N (bytes before are the header)
+  std::uint64_t readahead_trigger = 0;      // a sequential run longer than this reads ahead
   std::map<std::string, fuse_ino_t> children;  // Dir
 };
 
@@ -63,7 +64,7 @@ struct Node {
 struct Handle {
   std::mutex mutex;
   mount::Readahead readahead;
-  explicit Handle(const MountOptions& o) : readahead(o.readahead_trigger, o.readahead_initial, o.readahead_max) {}
+  Handle(const MountOptions& o, std::uint64_t trigger) : readahead(trigger, o.readahead_initial, o.readahead_max) {}
 };
 
 std::string range_text(std::uint64_t offset, std::uint64_t length) {
@@ -194,7 +195,16 @@ struct Mount::Impl {
       if (!header) return fail(ErrorCode::InvalidArgument, files[i].path + ": no header");
       n.data_offset = header->data_offset();
       n.tensors.reserve(header->tensors().size());
-      for (const auto& t : header->tensors()) n.tensors.push_back(header->file_range(t));
+      std::vector<mount::NamedTensor> named;
+      named.reserve(header->tensors().size());
+      for (const auto& t : header->tensors()) {
+        n.tensors.push_back(header->file_range(t));
+        named.push_back({t.name, n.tensors.back().length});
+      }
+      // Read-ahead starts past the trigger and past one and a half of the file's largest layer:
+      // a loader of a layer or two never pulls the next ones; one walking the file does.
+      const std::uint64_t layer = mount::largest_layer_bytes(named);
+      n.readahead_trigger = std::max(options.readahead_trigger, layer + layer / 2);
     }
     for (auto& t : *texts) {
       Node& n = add_file(t.path);
@@ -268,6 +278,31 @@ struct Mount::Impl {
     }
   }
 
+  // How far the kernel's read-around reaches: a page fault in a mapped file reads up to 128 KiB
+  // around the faulting page (half before it), sequential reads as much ahead.
+  static constexpr std::uint64_t kReadAround = 128 << 10;
+
+  // What a read of `read` (inside the data) fetches. Its middle page is the page a fault asked
+  // for (the kernel reads around it, half before) or the bytes a reader wants: the tensors that
+  // start on that page or cover it are fetched whole (a window of a large one); a tensor whose
+  // tail ends there (the neighbour before the one asked for), and the other tensors the read
+  // reaches into at its edges, only for the bytes touched -- so that a loader of one layer does
+  // not pull the embedding before it or the first tensor of the next layer.
+  std::vector<ByteRange> tensor_ranges(const Node& n, ByteRange read) const {
+    auto ranges = mount::tensor_ranges_for(n.tensors, read, options.tensor_window, kReadAround);
+    const std::uint64_t page = 4096;
+    const std::uint64_t m = std::max(read.offset, (read.offset + read.length / 2) / page * page);
+    const ByteRange middle{m, std::min(page, read.end() - m)};
+    for (const auto& t : n.tensors) {
+      if (t.end() <= middle.offset || t.length == 0) continue;
+      if (t.offset >= middle.end()) break;
+      if (t.offset < middle.offset && t.end() <= middle.end()) continue;  // a tail: the bytes only
+      const ByteRange at{std::max(t.offset, middle.offset), 1};
+      for (const auto& r : mount::tensor_ranges_for(n.tensors, at, options.tensor_window)) ranges.push_back(r);
+    }
+    return ranges;
+  }
+
   // Bytes `offset .. offset + out.size()` of tensor file `n`, fetched first when not cached.
   Result<void> read_tensors(const Node& n, std::uint64_t offset, std::span<std::byte> out, Handle* handle) {
     bool waited = false;
@@ -282,7 +317,13 @@ struct Mount::Impl {
       auto tail = out.subspan(split - offset);
       r = checkpoint.read_cached(n.file, data.offset, tail);
       if (!r && r.error().code == ErrorCode::NotFetched) {
-        auto ranges = mount::tensor_ranges_for(n.tensors, data, options.tensor_window);
+        // A read that starts in the header, or within the kernel's read-around of it (128 KiB
+        // past its end: a loader parsing the header touches its first page, and the kernel reads
+        // and reads ahead around it), reaches into the data only as that read-around: only those
+        // bytes are fetched, not the first tensor whole (an embedding of hundreds of MB). Reads
+        // of that tensor further in fetch it.
+        auto ranges = offset < n.data_offset + kReadAround ? std::vector<ByteRange>{data}
+                                                            : tensor_ranges(n, data);
         if (handle) read_ahead(n, *handle, ByteRange{offset, out.size()});
         handle = nullptr;
         if (auto f = fetch(n, ranges); !f) return f;
@@ -476,7 +517,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->keep_cache = 1;  // the page cache outlives opens: the revision is pinned
   Handle* handle = nullptr;
   try {
-    auto owned = std::make_unique<Handle>(m.options);
+    auto owned = std::make_unique<Handle>(m.options, n->kind == Kind::Tensors ? n->readahead_trigger
+                                                                              : m.options.readahead_trigger);
     handle = owned.get();
     std::lock_guard lock(m.handles_mutex);
     m.handles.emplace(handle, std::move(owned));

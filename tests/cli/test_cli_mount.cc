@@ -378,6 +378,57 @@ TEST_CASE("mount of a Hub repo is a complete model directory: every file of the 
   }
 }
 
+TEST_CASE("mount: an mmap reader of one tensor pulls neither the large tensor before it nor the one after it "
+          "(the kernel's read-around moves only the bytes it touches), nor the first tensor with the header",
+          "[mount]") {
+  TempDir root, cache, work;
+  tftest::ScopedEnv env;
+  env.set("TENSORFETCH_CACHE", cache.path().string());
+  env.set("HF_TOKEN", std::nullopt);
+  const fs::path repo = root / "org" / "three";
+  fs::create_directories(repo);
+  // t0 (2 MiB), t1 (40000 bytes), t2 (2 MiB): t1 sits between two tensors far larger than the
+  // kernel's 128 KiB read-around.
+  const std::string header = json{{"t0", {{"dtype", "U8"}, {"shape", {2 << 20}}, {"data_offsets", {0, 2 << 20}}}},
+                                  {"t1", {{"dtype", "U8"}, {"shape", {40000}}, {"data_offsets", {2 << 20, (2 << 20) + 40000}}}},
+                                  {"t2", {{"dtype", "U8"}, {"shape", {2 << 20}}, {"data_offsets", {(2 << 20) + 40000, (4 << 20) + 40000}}}}}
+                                 .dump();
+  const std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  const std::string file = make_safetensors(padded, tftest::pattern_bytes((4 << 20) + 40000, 5));
+  write_file(repo / "model.safetensors", file);
+  tensorfetch::testing::Options o;
+  o.root = root.path();
+  HubServer server(o);
+  server.start();
+  MountProcess m(work / "mnt", work / "mount.err", {"hf://org/three", (work / "mnt").string(), "--endpoint", server.endpoint()});
+  const Span t1 = tensor_span(repo / "model.safetensors", "t1");
+  server.clear_log();
+  // The reader maps the file, parses the header (the first page), then copies t1 out.
+  const int fd = ::open((m.dir / "model.safetensors").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  void* p = ::mmap(nullptr, file.size(), PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  const char* bytes = static_cast<const char*>(p);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes, 8);
+  CHECK(std::string(bytes + 8, 16) == file.substr(8, 16));
+  CHECK(std::string(bytes + t1.begin, t1.end - t1.begin) == file.substr(t1.begin, t1.end - t1.begin));
+  ::munmap(p, file.size());
+  ::close(fd);
+  std::uint64_t moved = 0;
+  for (const auto& r : server.log()) {
+    if (r.kind != "cdn") continue;
+    auto a = asked(r);
+    REQUIRE(a.has_value());
+    INFO("fetched bytes " << a->begin << "-" << a->end);
+    moved += a->end - a->begin;
+  }
+  INFO("mount stderr: " << m.stderr_text());
+  // t1, and at most the read-around of the header page and of t1's pages (128 KiB each) besides.
+  CHECK(moved >= t1.end - t1.begin);
+  CHECK(moved <= (t1.end - t1.begin) + 3 * (128 << 10));
+}
+
 TEST_CASE("mount: four concurrent readers of one tensor share one fetch (no byte range asked twice)", "[mount]") {
   auto ref = reference_dir();
   REQUIRE(ref.has_value());

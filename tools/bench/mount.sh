@@ -318,6 +318,7 @@ run_reader_on() {  # KIND(tf|rclone) MODE: one run; sets last_wall last_origin
   out=$("$py" "$work/reader.py" "$mode" "$d/mnt") || die "$kind reader ($mode) failed"
   read -r w sha <<<"$out"
   last_origin=$(origin_bytes)
+  cp "$alog" "$d/access.log"  # (what this run asked the origin for, for --keep)
   end_mount "$pid" "$d/mnt"
   check_sha "$sha" "$( [[ $mode == layers ]] && echo "$want_layers" || echo "$want_all")" "$kind mount, $mode"
   last_wall=$w
