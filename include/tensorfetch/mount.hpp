@@ -31,9 +31,7 @@ struct MountOptions {
   std::uint64_t tensor_window = 64 << 20;
   /// Read-ahead of a sequential reader of one open file starts once it has read this many bytes
   /// in a row (so that a reader of one tensor, whose pages come as several reads, does not
-  /// fetch the tensors after it), and in a safetensors file also not before one and a half times
-  /// its largest layer (the tensors named `layers.N.`, `h.N.`, `blocks.N.`, ... summed per N):
-  /// a loader reading a layer or two does not pull the next layers; one walking the file does.
+  /// fetch the tensors after it).
   std::uint64_t readahead_trigger = 4 << 20;
   /// Read-ahead of a sequential reader of one open file: the first window, in bytes, doubling
   /// with each sequential read up to `readahead_max` (whole tensors in safetensors files, so

@@ -56,7 +56,6 @@ struct Node {
   std::string text;                         // Text: the bytes
   std::vector<ByteRange> tensors;           // Tensors: every tensor as a range of the file, by offset
   std::uint64_t data_offset = 0;            // Tensors: 8 + N (bytes before are the header)
-  std::uint64_t readahead_trigger = 0;      // a sequential run longer than this reads ahead
   std::map<std::string, fuse_ino_t> children;  // Dir
 };
 
@@ -64,7 +63,7 @@ struct Node {
 struct Handle {
   std::mutex mutex;
   mount::Readahead readahead;
-  Handle(const MountOptions& o, std::uint64_t trigger) : readahead(trigger, o.readahead_initial, o.readahead_max) {}
+  explicit Handle(const MountOptions& o) : readahead(o.readahead_trigger, o.readahead_initial, o.readahead_max) {}
 };
 
 std::string range_text(std::uint64_t offset, std::uint64_t length) {
@@ -195,16 +194,7 @@ struct Mount::Impl {
       if (!header) return fail(ErrorCode::InvalidArgument, files[i].path + ": no header");
       n.data_offset = header->data_offset();
       n.tensors.reserve(header->tensors().size());
-      std::vector<mount::NamedTensor> named;
-      named.reserve(header->tensors().size());
-      for (const auto& t : header->tensors()) {
-        n.tensors.push_back(header->file_range(t));
-        named.push_back({t.name, n.tensors.back().length});
-      }
-      // Read-ahead starts past the trigger and past one and a half of the file's largest layer:
-      // a loader of a layer or two never pulls the next ones; one walking the file does.
-      const std::uint64_t layer = mount::largest_layer_bytes(named);
-      n.readahead_trigger = std::max(options.readahead_trigger, layer + layer / 2);
+      for (const auto& t : header->tensors()) n.tensors.push_back(header->file_range(t));
     }
     for (auto& t : *texts) {
       Node& n = add_file(t.path);
@@ -517,8 +507,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->keep_cache = 1;  // the page cache outlives opens: the revision is pinned
   Handle* handle = nullptr;
   try {
-    auto owned = std::make_unique<Handle>(m.options, n->kind == Kind::Tensors ? n->readahead_trigger
-                                                                              : m.options.readahead_trigger);
+    auto owned = std::make_unique<Handle>(m.options);
     handle = owned.get();
     std::lock_guard lock(m.handles_mutex);
     m.handles.emplace(handle, std::move(owned));

@@ -2,8 +2,6 @@
 #include "mount/readahead.h"
 
 #include <algorithm>
-#include <map>
-#include <optional>
 
 namespace tensorfetch::mount {
 
@@ -59,37 +57,6 @@ std::vector<ByteRange> tensor_ranges_for(std::span<const ByteRange> tensors, Byt
     }
   }
   return out;
-}
-
-std::uint64_t largest_layer_bytes(std::span<const NamedTensor> tensors) {
-  std::map<std::uint64_t, std::uint64_t> per_layer;
-  for (const auto& t : tensors) {
-    const std::string_view name = t.name;
-    for (std::string_view part : {"layers.", "layer.", "h.", "blocks.", "block."}) {
-      std::optional<std::uint64_t> layer;
-      for (std::size_t at = name.find(part); at != std::string_view::npos; at = name.find(part, at + 1)) {
-        if (at != 0 && name[at - 1] != '.') continue;
-        std::size_t i = at + part.size(), digits = 0;
-        std::uint64_t n = 0;
-        while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 18) {
-          n = n * 10 + static_cast<std::uint64_t>(name[i] - '0');
-          ++i;
-          ++digits;
-        }
-        if (digits > 0 && i < name.size() && name[i] == '.') {
-          layer = n;
-          break;
-        }
-      }
-      if (layer) {
-        per_layer[*layer] += t.bytes;
-        break;
-      }
-    }
-  }
-  std::uint64_t largest = 0;
-  for (const auto& [layer, bytes] : per_layer) largest = std::max(largest, bytes);
-  return largest;
 }
 
 }  // namespace tensorfetch::mount

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <span>
-#include <string_view>
 #include <vector>
 
 #include "tensorfetch/byte_range.hpp"
@@ -58,18 +57,5 @@ class Readahead {
 /// touched. Sorted, not overlapping.
 [[nodiscard]] std::vector<ByteRange> tensor_ranges_for(std::span<const ByteRange> tensors, ByteRange read,
                                                        std::uint64_t window, std::uint64_t page = 4096);
-
-/// One tensor as `largest_layer_bytes` sees it: its name and its bytes.
-struct NamedTensor {
-  std::string_view name;
-  std::uint64_t bytes = 0;
-};
-
-/// The bytes of the largest layer among `tensors`: tensors whose names hold `.layers.N.`,
-/// `.layer.N.`, `.h.N.`, `.blocks.N.` or `.block.N.` (also at the start of the name) are summed
-/// per N (the first such part of the name decides); 0 when no name has one. The mount starts
-/// read-ahead only after a sequential run longer than that (and than its trigger): a loader that
-/// reads a layer or two is not a loader walking the file, and must not pull the next layers. Pure.
-[[nodiscard]] std::uint64_t largest_layer_bytes(std::span<const NamedTensor> tensors);
 
 }  // namespace tensorfetch::mount

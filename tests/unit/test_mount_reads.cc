@@ -207,31 +207,3 @@ TEST_CASE("FetchQueue: a failed fetch fails every reader waiting for it; stop fa
     (void)rd;  // d failed either way: Cancelled (queued) or the fetch's error (in the batch)
   }
 }
-
-TEST_CASE("largest_layer_bytes: tensors summed per layer number, by the usual layer-name parts; 0 without layers",
-          "[mount][readahead]") {
-  using tensorfetch::mount::largest_layer_bytes;
-  using tensorfetch::mount::NamedTensor;
-  struct Row {
-    const char* what;
-    std::vector<NamedTensor> tensors;
-    std::uint64_t want;
-  };
-  const std::vector<Row> rows = {
-      {"no tensors", {}, 0},
-      {"no layer names", {{"embed.weight", 100}, {"lm_head.weight", 50}}, 0},
-      {"llama: model.layers.N.",
-       {{"model.layers.0.q.weight", 10}, {"model.layers.0.k.weight", 5}, {"model.layers.1.q.weight", 12},
-        {"model.embed_tokens.weight", 1000}},
-       15},
-      {"gpt2: h.N. at the start", {{"h.0.attn.weight", 7}, {"h.1.attn.weight", 3}, {"h.1.mlp.weight", 6}}, 9},
-      {"blocks.N. and block.N.", {{"blocks.2.w", 4}, {"transformer.block.3.w", 8}}, 8},
-      {"the first layer part decides; a part glued to a word is none",
-       {{"model.layers.4.experts.layers.9.w", 20}, {"model.sublayers.5.w", 99}, {"model.layers.x.w", 99}}, 20},
-      {"a number not followed by a dot is none", {{"model.layers.12", 40}, {"model.layers.3.w", 2}}, 2},
-  };
-  for (const auto& row : rows) {
-    INFO(row.what);
-    CHECK(largest_layer_bytes(row.tensors) == row.want);
-  }
-}
