@@ -2,8 +2,8 @@
 # Installs the Debian 12 packages tensorfetch needs (only those missing), with apt-get.
 # Usage: tools/install-deps.sh [--fuzz] [--bench]
 #   --fuzz   adds clang and libFuzzer for fuzz targets
-#   --bench  adds the peers and tools of tools/bench/partial_load.sh and real_network.sh (nginx, its
-#            stream module, aria2c, curl, openssl, GNU time, jq)
+#   --bench  adds the peers and tools of tools/bench/partial_load.sh, real_network.sh and mount.sh
+#            (nginx, its stream module, aria2c, rclone, curl, openssl, GNU time, jq)
 set -euo pipefail
 
 packages=(
@@ -26,7 +26,7 @@ packages=(
 for arg in "$@"; do
   case $arg in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;     # libFuzzer + sanitizer runtimes
-    --bench) packages+=(nginx-light libnginx-mod-stream aria2 curl openssl time jq) ;;  # servers, peers, time -v
+    --bench) packages+=(nginx-light libnginx-mod-stream aria2 rclone curl openssl time jq) ;;  # servers, peers, time -v
     *) echo "usage: tools/install-deps.sh [--fuzz] [--bench]" >&2; exit 1 ;;
   esac
 done

@@ -313,6 +313,17 @@ struct CheckpointTextFile {
   std::string text;  ///< its bytes, as read from the server or the disk
 };
 
+/// One file of a checkpoint's directory: of the pinned revision of a Hub repo, any file (see
+/// `Checkpoint::repo_files`). A plain value.
+struct RepoFile {
+  std::string path;                    ///< its repo path, `/`-separated, e.g. `tokenizer.json`
+  std::uint64_t size = 0;              ///< its size in bytes
+  std::optional<std::string> sha256;   ///< LFS/Xet files: the content's sha256 (64 hex digits)
+  std::optional<std::string> git_oid;  ///< the git blob id (40 hex digits) the Hub names, if any
+  /// Its position in `Checkpoint::files()` when it is one of the checkpoint's safetensors files.
+  std::optional<std::size_t> checkpoint_file;
+};
+
 /// Options for `Checkpoint::write`.
 struct WriteOptions {
   /// Write one file per source shard and an index into the output *directory*, instead of
@@ -492,6 +503,37 @@ class TENSORFETCH_API Checkpoint {
   /// them: the index (when sharded) under its repo path, and `config.json` when `open` found
   /// one. A local index is read from the disk (`Io` when it cannot be). Thread-safe.
   [[nodiscard]] Result<std::vector<CheckpointTextFile>> text_files() const;
+
+  /// Every file of the checkpoint's directory. For a Hub repo (online), every file of the
+  /// pinned commit with its size and hashes, as the Hub lists them in one request (`GET
+  /// {endpoint}/api/{models|datasets}/{repo}/revision/{commit}?blobs=true`, made by the first
+  /// call and remembered; a listing that disagrees with the files the open read is
+  /// `BadResponse`). Otherwise (local, plain URLs, object stores, offline): the safetensors
+  /// files and `text_files()`. In repo path order. Thread-safe.
+  [[nodiscard]] Result<std::vector<RepoFile>> repo_files() const;
+
+  /// Makes `ranges` of a file `repo_files()` listed present in the cache, for the files that are
+  /// neither in `files()` nor `text_files()` (a tokenizer, a README, another format's weights).
+  /// The file's first fetch resolves it (its first range goes through `/resolve/` at the pinned
+  /// commit; the answer must name that commit, the listed size and, for LFS files, the listed
+  /// sha256, else `Integrity`); later ones ask the server that answered, at its ETag
+  /// (`If-Match`), over the checkpoint's data settings. A file present whole is verified (its
+  /// sha256, else its git blob id) and marked complete; a mismatch is `Integrity` and nothing
+  /// of it is served. A path not listed is `NotFound`; a range outside the file
+  /// `InvalidArgument`; offline, bytes the cache lacks are `NotFetched`. Thread-safe (fetches of
+  /// these files run one at a time; `fetch` and `fetch_ranges` may run meanwhile).
+  [[nodiscard]] Result<FetchStats> fetch_repo_file(const std::string& path, std::span<const ByteRange> ranges,
+                                                   const FetchOptions& options = {});
+
+  /// The byte ranges of listed file `path` (see `fetch_repo_file`) present in the cache,
+  /// normalized (any process's commits). Thread-safe.
+  [[nodiscard]] Result<std::vector<ByteRange>> repo_file_cached(const std::string& path) const;
+
+  /// Copies bytes `offset .. offset + out.size()` of listed file `path` (see
+  /// `fetch_repo_file`) from the cache into `out`; every byte must be committed, else
+  /// `NotFetched`. Thread-safe.
+  [[nodiscard]] Result<void> read_repo_file_cached(const std::string& path, std::uint64_t offset,
+                                                   std::span<std::byte> out) const;
 
   /// Publishes every file that is complete and verified in the cache into the Hugging Face hub
   /// cache (`OpenOptions::hf_hub_cache`), as huggingface_hub lays it out:

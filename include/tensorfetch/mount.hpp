@@ -39,6 +39,11 @@ struct MountOptions {
   std::uint64_t readahead_initial = 8 << 20;
   /// The largest read-ahead window.
   std::uint64_t readahead_max = 256 << 20;
+  /// Files of the repo other than the checkpoint's safetensors files, its index and config.json
+  /// (tokenizers, a README, ...) of at most this many bytes are fetched whole when first opened
+  /// (one request, verified against the hash the Hub lists); larger ones by 1 MiB blocks as
+  /// they are read, with read-ahead for a sequential reader.
+  std::uint64_t small_file = 16 << 20;
   /// FUSE worker threads (readers blocked on a fetch each hold one).
   unsigned max_threads = 64;
   /// Told each line worth logging: a failed read (file, URL, byte range, reason), the totals on
@@ -58,9 +63,10 @@ struct MountStats {
   std::uint64_t fetches = 0;           ///< fetches made (each one `fetch_ranges` call)
 };
 
-/// A checkpoint mounted on a directory (FUSE, read-only). The directory shows every
-/// safetensors file under its repo path, the index and `config.json` when there are; listing
-/// and `stat` need no request. Files keep the kernel's page cache across opens (a pinned
+/// A checkpoint mounted on a directory (FUSE, read-only). The directory shows every file
+/// `Checkpoint::repo_files` lists under its repo path: for a Hub repo every file of the pinned
+/// commit (`config.json`, tokenizer files, the index, every shard, ...), else the safetensors
+/// files, the index and `config.json`. Listing and `stat` need no request once mounted. Files keep the kernel's page cache across opens (a pinned
 /// revision never changes), so `mmap` works and repeated reads cost nothing.
 ///
 /// Owns the checkpoint and the FUSE session. `run` serves on the calling thread (plus worker

@@ -750,6 +750,98 @@ TF_API tf_code tf_save_files(const tf_checkpoint* checkpoint, const char* dir,
 TF_API tf_code tf_publish_to_hf_cache(const tf_checkpoint* checkpoint, size_t* published,
                                       tf_error** err) TF_NOEXCEPT;
 
+/* ---------------------------------------------------------------------------------------- */
+/* Mount (FUSE): in libtensorfetch_mount (`-ltensorfetch_mount`), built with the meson       */
+/* feature `fuse`; libtensorfetch itself never needs libfuse.                                */
+
+/** A checkpoint mounted on a directory. Opaque; made by `tf_mount_start`, ended and freed by
+ *  `tf_mount_stop`. */
+typedef struct tf_mount tf_mount;
+
+/** Receives the mount's log lines (a failed read naming file, URL and byte range; the totals
+ *  at the end), on any of the mount's threads, one call at a time; `line` is valid during the
+ *  call only. `user` is `tf_mount_options.log_user`. It must not call `tf_mount_stop`. */
+typedef void (*tf_mount_log_fn)(void* user, const char* line);
+
+/**
+ * How to mount. A plain value owned by the caller; initialize it with `tf_mount_options_init`.
+ * 0 means the default stated per field.
+ */
+typedef struct tf_mount_options {
+  /** sizeof(tf_mount_options), as set by `tf_mount_options_init`. */
+  size_t size;
+  /** A read in a tensor of at most this many bytes fetches the whole tensor, in a larger one
+   *  the aligned pieces of this size it touches; 0: 64 MiB. */
+  uint64_t tensor_window;
+  /** Files of the repo other than its safetensors files, index and config.json of at most this
+   *  many bytes are fetched whole on first open, larger ones by 1 MiB blocks; 0: 16 MiB. */
+  uint64_t small_file;
+  /** Data connections of each fetch (fixed); 0: `tf_open_options.connections`. */
+  size_t connections;
+  /** Largest single range transfer in bytes; 0: 64 MiB. */
+  uint64_t chunk_size;
+  /** FUSE worker threads (a reader blocked on a fetch holds one); 0: 64. */
+  unsigned max_threads;
+  /** Log lines go here; NULL: stderr. */
+  tf_mount_log_fn log;
+  /** Passed to `log` unchanged. */
+  void* log_user;
+} tf_mount_options;
+
+/** Sets `options` to the defaults and `options->size` to sizeof(tf_mount_options). NULL is
+ *  ignored. Any thread. */
+TF_API void tf_mount_options_init(tf_mount_options* options) TF_NOEXCEPT;
+
+/** What a mount served so far. Owned by the caller; set `size` (with `tf_mount_stats_init`):
+ *  the library fills only the fields that fit. */
+typedef struct tf_mount_stats {
+  size_t size;               /**< sizeof(tf_mount_stats), as set by `tf_mount_stats_init` */
+  uint64_t reads;            /**< read requests answered with bytes */
+  uint64_t read_errors;      /**< read requests answered with EIO */
+  uint64_t bytes_read;       /**< bytes handed to readers */
+  uint64_t bytes_fetched;    /**< bytes received from the origin */
+  uint64_t bytes_from_cache; /**< bytes handed to readers without waiting for a fetch */
+  uint64_t bytes_in_flight;  /**< bytes of fetches queued or running now */
+  uint64_t fetches;          /**< fetches made */
+} tf_mount_stats;
+
+/** Zeroes `stats` and sets `stats->size` to sizeof(tf_mount_stats). NULL is ignored. */
+TF_API void tf_mount_stats_init(tf_mount_stats* stats) TF_NOEXCEPT;
+
+/**
+ * Mounts the checkpoint `*checkpoint` read-only on the existing directory `dir` (FUSE) and
+ * serves it on threads of the mount's own, as `tensorfetch mount` does (for a Hub repo every
+ * file of the commit; tensor-aware reads through the shared cache; a fetch that fails is `EIO`
+ * to the reader). Returns once the directory is mounted, with the mount in `*out`. Takes the
+ * checkpoint in every case, success or failure: `*checkpoint` is freed and set to NULL (no other
+ * thread may use it meanwhile). Link with `-ltensorfetch_mount -ltensorfetch`. Errors: `TF_ERR_IO` when the directory
+ * cannot be mounted (no /dev/fuse, no permission; a stale mount point names the command that
+ * clears it), `TF_ERR_NOT_FOUND` / `TF_ERR_INVALID_ARGUMENT` for a missing directory or one
+ * that is not; a Hub repo's listing that fails, its network code. While a mount runs, SIGPIPE is
+ * ignored in the process and SIGUSR2 has a handler that does nothing (it wakes the serving
+ * thread when the mount ends). Any thread.
+ */
+TF_API tf_code tf_mount_start(tf_checkpoint** checkpoint, const char* dir, const tf_mount_options* options,
+                              tf_mount** out, tf_error** err) TF_NOEXCEPT;
+
+/** The totals so far into `stats` (see `tf_mount_stats`); NULL arguments are ignored. Any
+ *  thread while the mount exists. */
+TF_API void tf_mount_get_stats(const tf_mount* mount, tf_mount_stats* stats) TF_NOEXCEPT;
+
+/**
+ * Ends the mount and frees it: fetches are cancelled, reads under way get `EIO`, the
+ * directory is unmounted (lazily: a file still held open keeps the serving thread at most 10 s
+ * more), and the totals are logged. Returns the serving loop's outcome (`TF_OK`, or `TF_ERR_IO`
+ * when the FUSE session failed). NULL is `TF_OK`. Not concurrently with other calls on the same
+ * mount.
+ */
+TF_API tf_code tf_mount_stop(tf_mount* mount, tf_error** err) TF_NOEXCEPT;
+
+/** Unmounts whatever FUSE file system is mounted on `dir` (a mount of another process, or one
+ *  left stale by a killed one), as `tensorfetch unmount` does. Not a FUSE mount:
+ *  `TF_ERR_INVALID_ARGUMENT`; busy: `TF_ERR_BUSY`. Any thread. */
+TF_API tf_code tf_unmount(const char* dir, tf_error** err) TF_NOEXCEPT;
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -4,6 +4,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <string>
+
 namespace tensorfetch::detail {
 
 std::string to_hex(const unsigned char* bytes, std::size_t len) {
@@ -21,6 +23,20 @@ std::string sha256_hex(std::string_view bytes) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   EVP_Digest(bytes.data(), bytes.size(), md, &len, EVP_sha256(), nullptr);
+  return to_hex(md, len);
+}
+
+std::string git_blob_id_hex(std::string_view bytes) {
+  const std::string prefix = "blob " + std::to_string(bytes.size()) + std::string(1, '\0');
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  if (!ctx) return {};
+  EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr);
+  EVP_DigestUpdate(ctx, prefix.data(), prefix.size());
+  EVP_DigestUpdate(ctx, bytes.data(), bytes.size());
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
   return to_hex(md, len);
 }
 

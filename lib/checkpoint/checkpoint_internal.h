@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <shared_mutex>
@@ -149,6 +150,28 @@ struct OpenFile {
   RemoteFileState remote;     // remote only
 };
 
+/// A listed file of a Hub repo that is none of the checkpoint's safetensors files
+/// (`Checkpoint::fetch_repo_file`), and how its bytes are fetched. In repo_files.cc.
+struct ListedFile {
+  RepoFile info;
+  std::string resolve_url;                 // at the pinned commit
+  std::string url;                         // where ranges are read once resolved ("" = not yet)
+  std::optional<std::string> range_etag;   // the ETag of the server answering `url` (If-Match)
+  std::optional<std::string> linked_etag;  // LFS files: "\"<sha256>\"", as X-Linked-Etag says it
+  std::unique_ptr<detail::Blob> blob;      // opened on first use; never replaced once set
+};
+
+/// `Checkpoint::repo_files`' state: the listing, made once, and its other files' fetch state.
+struct RepoListing {
+  std::mutex fetch_mutex;                       // one listing or fetch_repo_file at a time (taken first)
+  std::unique_ptr<detail::HttpClient> client;   // their requests' client (under fetch_mutex), kept
+                                                // with its idle connections
+  std::mutex mutex;                             // guards what follows
+  bool listed = false;
+  std::vector<RepoFile> files;                  // in path order
+  std::map<std::string, ListedFile> others;     // by path: the files not in `Impl::files`
+};
+
 // Hidden: a nested class would otherwise take the exported visibility of Checkpoint.
 struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string location;                          // as given
@@ -206,6 +229,8 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   std::string confine_root;                      // local files must lie inside this directory
                                                  // (links followed only within it; "" = any)
   mutable detail::PrivateMaps private_maps;      // private_view's shared mappings, per file
+  std::string hub_repo_path;                     // Hub: `[datasets/]ORG/NAME` as asked (see canonical_repo)
+  mutable RepoListing repo;                      // Checkpoint::repo_files and fetch_repo_file
 
   /// Indexes `tensors` of every header by natural name order; checks the index when sharded.
   [[nodiscard]] Result<void> finish_open();

@@ -751,6 +751,7 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
     impl.hub = true;
     impl.revision = remote.location.hub.revision;
     impl.hf_repo_dir = remote.hf_repo_dir;
+    impl.hub_repo_path = remote.repo_path;
   }
   // The open's settings, with its share: the fetches resume the TLS sessions the open made (and
   // use its DNS answers); a fresh share would make every data connection a full handshake

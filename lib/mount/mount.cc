@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -38,7 +39,12 @@ namespace tensorfetch {
 
 namespace {
 
-enum class Kind { Dir, Tensors, Text };
+// Dir: a directory; Tensors: a safetensors file of the checkpoint (tensor-aware reads);
+// Text: the index or config.json, held in memory since the open; Plain: any other listed file of
+// the repo (a tokenizer, a README, another format's weights), fetched through the cache by
+// `Checkpoint::fetch_repo_file` -- a small one whole on first open, a large one by blocks with
+// read-ahead.
+enum class Kind { Dir, Tensors, Text, Plain };
 
 // One entry of the tree; its inode number is its position in Impl::nodes plus one.
 struct Node {
@@ -46,7 +52,7 @@ struct Node {
   fuse_ino_t parent = FUSE_ROOT_ID;
   Kind kind = Kind::Dir;
   std::uint64_t size = 0;
-  std::size_t file = 0;                     // Tensors: position in Checkpoint::files()
+  std::size_t file = 0;                     // Tensors: position in Checkpoint::files(); Plain: in Impl::plain
   std::string text;                         // Text: the bytes
   std::vector<ByteRange> tensors;           // Tensors: every tensor as a range of the file, by offset
   std::uint64_t data_offset = 0;            // Tensors: 8 + N (bytes before are the header)
@@ -71,6 +77,7 @@ struct Mount::Impl {
   std::string dir;
   MountOptions options;
   std::vector<Node> nodes;  // inode i is nodes[i - 1]
+  std::vector<std::string> plain;  // the Plain files' repo paths (the fetch queue's file nfiles + i)
   std::time_t mounted_at = std::time(nullptr);
   CancelToken cancel = CancelToken::make();
   mount::FetchQueue queue;
@@ -90,9 +97,25 @@ struct Mount::Impl {
           fetch.sink = nullptr;
           fetch.progress = nullptr;
           fetch.cancel = cancel;
-          auto stats = checkpoint.fetch_ranges(ranges, fetch);
-          if (!stats) return fail(stats.error());
-          return stats->bytes_transferred;
+          // The checkpoint's files in one fetch; the other listed files each their own.
+          const std::size_t nfiles = checkpoint.files().size();
+          std::vector<FileRanges> tensors;
+          std::uint64_t moved = 0;
+          for (const auto& r : ranges) {
+            if (r.file < nfiles) tensors.push_back(r);
+          }
+          if (!tensors.empty()) {
+            auto stats = checkpoint.fetch_ranges(tensors, fetch);
+            if (!stats) return fail(stats.error());
+            moved += stats->bytes_transferred;
+          }
+          for (const auto& r : ranges) {
+            if (r.file < nfiles) continue;
+            auto stats = checkpoint.fetch_repo_file(plain.at(r.file - nfiles), r.ranges, fetch);
+            if (!stats) return fail(stats.error());
+            moved += stats->bytes_transferred;
+          }
+          return moved;
         }) {}
 
   ~Impl() {
@@ -141,9 +164,27 @@ struct Mount::Impl {
     }
   }
 
+  // Every listed file (for a Hub repo, every file of the commit: one request, before the mount
+  // is ready; none afterwards for listing or stat).
   Result<void> build_tree() {
     nodes.push_back(Node{});  // the root
     const auto& files = checkpoint.files();
+    auto listed = checkpoint.repo_files();
+    if (!listed) return fail(listed.error());
+    auto texts = checkpoint.text_files();
+    if (!texts) return fail(texts.error());
+    for (const auto& f : *listed) {
+      if (f.checkpoint_file) continue;
+      if (std::any_of(texts->begin(), texts->end(), [&](const CheckpointTextFile& t) { return t.path == f.path; })) {
+        continue;
+      }
+      Node& n = add_file(f.path);
+      if (n.kind != Kind::Text || n.size != 0) continue;  // (a path that is also a directory: kept as one)
+      n.kind = Kind::Plain;
+      n.size = f.size;
+      n.file = plain.size();
+      plain.push_back(f.path);
+    }
     for (std::size_t i = 0; i < files.size(); ++i) {
       Node& n = add_file(checkpoint.repo_path(i));
       n.kind = Kind::Tensors;
@@ -155,8 +196,6 @@ struct Mount::Impl {
       n.tensors.reserve(header->tensors().size());
       for (const auto& t : header->tensors()) n.tensors.push_back(header->file_range(t));
     }
-    auto texts = checkpoint.text_files();
-    if (!texts) return fail(texts.error());
     for (auto& t : *texts) {
       Node& n = add_file(t.path);
       if (n.kind != Kind::Text) continue;
@@ -196,11 +235,16 @@ struct Mount::Impl {
   bool loop_done = false;  // under loop_mutex
   pthread_t loop_thread{};
 
-  // Makes `ranges` of tensor file `n` present: asks the queue, waits.
+  // The fetch queue's number for file node `n`.
+  std::size_t queue_file(const Node& n) const {
+    return n.kind == Kind::Plain ? checkpoint.files().size() + n.file : n.file;
+  }
+
+  // Makes `ranges` of file node `n` present: asks the queue, waits.
   Result<void> fetch(const Node& n, const std::vector<ByteRange>& ranges) {
     std::vector<std::shared_ptr<mount::FetchJob>> jobs;
     for (const auto& r : ranges) {
-      auto more = queue.request(n.file, r);
+      auto more = queue.request(queue_file(n), r);
       jobs.insert(jobs.end(), more.begin(), more.end());
     }
     return queue.wait(jobs, [this] { return stopping(); });
@@ -224,6 +268,31 @@ struct Mount::Impl {
     }
   }
 
+  // How far the kernel's read-around reaches: a page fault in a mapped file reads up to 128 KiB
+  // around the faulting page (half before it), sequential reads as much ahead.
+  static constexpr std::uint64_t kReadAround = 128 << 10;
+
+  // What a read of `read` (inside the data) fetches. Its middle page is the page a fault asked
+  // for (the kernel reads around it, half before) or the bytes a reader wants: the tensors that
+  // start on that page or cover it are fetched whole (a window of a large one); a tensor whose
+  // tail ends there (the neighbour before the one asked for), and the other tensors the read
+  // reaches into at its edges, only for the bytes touched -- so that a loader of one layer does
+  // not pull the embedding before it or the first tensor of the next layer.
+  std::vector<ByteRange> tensor_ranges(const Node& n, ByteRange read) const {
+    auto ranges = mount::tensor_ranges_for(n.tensors, read, options.tensor_window, kReadAround);
+    const std::uint64_t page = 4096;
+    const std::uint64_t m = std::max(read.offset, (read.offset + read.length / 2) / page * page);
+    const ByteRange middle{m, std::min(page, read.end() - m)};
+    for (const auto& t : n.tensors) {
+      if (t.end() <= middle.offset || t.length == 0) continue;
+      if (t.offset >= middle.end()) break;
+      if (t.offset < middle.offset && t.end() <= middle.end()) continue;  // a tail: the bytes only
+      const ByteRange at{std::max(t.offset, middle.offset), 1};
+      for (const auto& r : mount::tensor_ranges_for(n.tensors, at, options.tensor_window)) ranges.push_back(r);
+    }
+    return ranges;
+  }
+
   // Bytes `offset .. offset + out.size()` of tensor file `n`, fetched first when not cached.
   Result<void> read_tensors(const Node& n, std::uint64_t offset, std::span<std::byte> out, Handle* handle) {
     bool waited = false;
@@ -238,7 +307,13 @@ struct Mount::Impl {
       auto tail = out.subspan(split - offset);
       r = checkpoint.read_cached(n.file, data.offset, tail);
       if (!r && r.error().code == ErrorCode::NotFetched) {
-        auto ranges = mount::tensor_ranges_for(n.tensors, data, options.tensor_window);
+        // A read that starts in the header, or within the kernel's read-around of it (128 KiB
+        // past its end: a loader parsing the header touches its first page, and the kernel reads
+        // and reads ahead around it), reaches into the data only as that read-around: only those
+        // bytes are fetched, not the first tensor whole (an embedding of hundreds of MB). Reads
+        // of that tensor further in fetch it.
+        auto ranges = offset < n.data_offset + kReadAround ? std::vector<ByteRange>{data}
+                                                            : tensor_ranges(n, data);
         if (handle) read_ahead(n, *handle, ByteRange{offset, out.size()});
         handle = nullptr;
         if (auto f = fetch(n, ranges); !f) return f;
@@ -251,7 +326,66 @@ struct Mount::Impl {
     return r;
   }
 
+  // Whether the cache holds all of `range` of Plain file `n`.
+  bool plain_holds(const Node& n, ByteRange range) const {
+    auto cached = checkpoint.repo_file_cached(plain[n.file]);
+    if (!cached) return false;
+    return std::any_of(cached->begin(), cached->end(),
+                       [&](const ByteRange& c) { return c.offset <= range.offset && range.end() <= c.end(); });
+  }
+
+  // The bytes a miss of `read` in Plain file `n` fetches: all of a small file, else the
+  // `kPlainBlock`-aligned blocks it touches.
+  ByteRange plain_span(const Node& n, ByteRange read) const {
+    if (n.size <= options.small_file) return ByteRange{0, n.size};
+    const std::uint64_t begin = read.offset / kPlainBlock * kPlainBlock;
+    const std::uint64_t end = std::min(n.size, (read.end() + kPlainBlock - 1) / kPlainBlock * kPlainBlock);
+    return ByteRange{begin, end - begin};
+  }
+  static constexpr std::uint64_t kPlainBlock = 1 << 20;
+
+  // A small Plain file, fetched whole on open (when the cache lacks any of it).
+  Result<void> open_plain(const Node& n) {
+    if (n.size == 0 || n.size > options.small_file || plain_holds(n, ByteRange{0, n.size})) return {};
+    return fetch(n, {ByteRange{0, n.size}});
+  }
+
+  // Bytes `offset .. offset + out.size()` of Plain file `n`, fetched first when not cached; a
+  // sequential reader of a large one has the blocks ahead asked for without waiting.
+  Result<void> read_plain(const Node& n, std::uint64_t offset, std::span<std::byte> out, Handle* handle) {
+    const std::string& path = plain[n.file];
+    const ByteRange read{offset, out.size()};
+    bool waited = false;
+    auto r = checkpoint.read_repo_file_cached(path, offset, out);
+    if (!r && r.error().code == ErrorCode::NotFetched) {
+      if (handle) read_ahead_plain(n, *handle, read);
+      handle = nullptr;
+      if (auto f = fetch(n, {plain_span(n, read)}); !f) return f;
+      waited = true;
+      r = checkpoint.read_repo_file_cached(path, offset, out);
+    }
+    if (handle) read_ahead_plain(n, *handle, read);
+    if (r && !waited) bytes_from_cache += out.size();
+    return r;
+  }
+
+  void read_ahead_plain(const Node& n, Handle& handle, ByteRange read) {
+    if (n.size <= options.small_file) return;  // fetched whole anyway
+    ByteRange ahead;
+    {
+      std::lock_guard lock(handle.mutex);
+      ahead = handle.readahead.on_read(read, n.size);
+    }
+    if (ahead.length == 0) return;
+    const ByteRange span = plain_span(n, ahead);
+    if (!plain_holds(n, span)) (void)queue.request(queue_file(n), span);
+  }
+
   void log_read_error(const Node& n, std::uint64_t offset, std::uint64_t length, const Error& e) const {
+    if (n.kind == Kind::Plain) {
+      log("tensorfetch mount: error: " + plain[n.file] + ": " + range_text(offset, length) + ": EIO: " + e.message);
+      return;
+    }
     const auto& f = checkpoint.files()[n.file];
     std::string url = f.url;
     if (auto q = url.find('?'); q != std::string::npos) url.resize(q);  // (signed URLs: no signature in logs)
@@ -362,6 +496,14 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fuse_reply_err(req, EROFS);
     return;
   }
+  if (n->kind == Kind::Plain) {
+    if (auto r = m.open_plain(*n); !r) {
+      ++m.read_errors;
+      m.log_read_error(*n, 0, n->size, r.error());
+      fuse_reply_err(req, EIO);
+      return;
+    }
+  }
   fi->keep_cache = 1;  // the page cache outlives opens: the revision is pinned
   Handle* handle = nullptr;
   try {
@@ -411,7 +553,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   }
   try {
     std::vector<std::byte> buf(length);
-    auto r = m.read_tensors(*n, offset, buf, reinterpret_cast<Handle*>(fi->fh));
+    auto* handle = reinterpret_cast<Handle*>(fi->fh);
+    auto r = n->kind == Kind::Plain ? m.read_plain(*n, offset, buf, handle) : m.read_tensors(*n, offset, buf, handle);
     if (!r) {
       ++m.read_errors;
       m.log_read_error(*n, offset, length, r.error());

@@ -188,14 +188,10 @@ TEST_CASE("mount of a Hub repo: listing and stat cost no request; read and mmap 
   }
   INFO(read_file(s.work / "ls.out"));
   CHECK(s.server->log().empty());
-  // The safetensors files, the index and config.json, with the source's sizes.
+  // Every file of the repo (the safetensors files, the index, config.json and the others, e.g.
+  // generation_config.json), with the source's sizes.
   std::map<std::string, std::uint64_t> source;
-  for (const auto& e : fs::directory_iterator(s.reference)) {
-    const std::string name = e.path().filename().string();
-    if (name.ends_with(".safetensors") || name == "config.json" || name.ends_with(".index.json")) {
-      source[name] = e.file_size();
-    }
-  }
+  for (const auto& e : fs::directory_iterator(s.reference)) source[e.path().filename().string()] = e.file_size();
   CHECK(listed == source);
 
   SECTION("a 2-tensor read moves those tensors' byte ranges and nothing else; the bytes are the source's") {
@@ -274,6 +270,163 @@ TEST_CASE("mount of a Hub repo: listing and stat cost no request; read and mmap 
     auto again = run({"unmount", m.dir.string()});
     CHECK(again.exit_code == 1);
   }
+}
+
+TEST_CASE("mount of a Hub repo is a complete model directory: every file of the commit, listed in one request; "
+          "other files read byte-exact through the cache, small ones whole on open, large ones by blocks",
+          "[mount]") {
+  auto ref = reference_dir();
+  REQUIRE(ref.has_value());
+  Served s(*ref / "llama-tiny-sharded");
+  const fs::path repo = s.root.path() / "org" / "llama";
+  // Files a from_pretrained-style loader looks for beside the weights: git files (served whole
+  // by /resolve/) and an LFS one (.pth: through the CDN) larger than --small-file.
+  std::string tokenizer = "{\"version\": \"1.0\", \"model\": {\"vocab\": {";
+  for (int i = 0; i < 20000; ++i) tokenizer += "\"tok" + std::to_string(i) + "\": " + std::to_string(i) + ", ";
+  tokenizer += "\"end\": 0}}}";
+  write_file(repo / "tokenizer.json", tokenizer);
+  write_file(repo / "tokenizer_config.json", "{\"model_max_length\": 2048}\n");
+  write_file(repo / "README.md", "# llama-tiny\nA test model.\n");
+  fs::create_directories(repo / "original");
+  write_file(repo / "original" / "params.json", "{\"dim\": 64}\n");
+  const std::string pth = tftest::pattern_bytes(3 * 1024 * 1024 + 12345, 7);
+  write_file(repo / "original" / "consolidated.00.pth", pth);
+  std::map<std::string, std::uint64_t> source;
+  for (const auto& e : fs::recursive_directory_iterator(repo)) {
+    source[fs::relative(e.path(), repo).string()] = e.is_regular_file() ? e.file_size() : 0;
+  }
+
+  MountProcess m(s.work / "mnt", s.work / "mount.err", s.mount_args(s.work / "mnt", {"--small-file", "1MiB"}));
+  // Before it was ready, the mount listed the files in one request (the Hub's model info with
+  // file metadata).
+  std::size_t listings = 0;
+  for (const auto& r : s.server->log()) {
+    if (r.kind != "api") continue;
+    ++listings;
+    CHECK_THAT(r.target, Catch::Contains("/api/models/org/llama/revision/") && Catch::Contains("blobs=true"));
+  }
+  CHECK(listings == 1);
+
+  s.server->clear_log();
+  tftest::Child lsr("/usr/bin/ls", {"-lR", m.dir.string()}, tftest::ChildIo{"", (s.work / "ls.out").string(), ""});
+  CHECK(lsr.wait() == 0);
+  std::map<std::string, std::uint64_t> listed;
+  for (const auto& e : fs::recursive_directory_iterator(m.dir)) {
+    listed[fs::relative(e.path(), m.dir).string()] = e.is_regular_file() ? e.file_size() : 0;
+  }
+  INFO(read_file(s.work / "ls.out"));
+  CHECK(listed == source);
+  CHECK(s.server->log().empty());  // ls -lR and stat: no request
+
+  // Each small file: one resolve of the whole file on open, its bytes the source's.
+  const std::vector<std::string> small = {"tokenizer.json", "tokenizer_config.json", "README.md",
+                                          "original/params.json", "generation_config.json"};
+  for (const auto& name : small) {
+    INFO(name << "\nmount stderr: " << m.stderr_text());
+    CHECK(read_file(m.dir / name) == read_file(repo / name));
+  }
+  std::map<std::string, int> resolves;
+  for (const auto& r : s.server->log()) {
+    INFO(r.to_json());
+    CHECK(r.kind == "resolve");
+    CHECK(r.range == "bytes=0-" + std::to_string(source.at(r.file) - 1));
+    ++resolves[r.file];
+  }
+  for (const auto& name : small) CHECK(resolves[name] == 1);
+
+  // The large file: a read in its middle moves the 1 MiB block it touches, nothing else.
+  s.server->clear_log();
+  const std::uint64_t mid = 2 * 1024 * 1024 + 100;
+  auto [piece, err] = pread_at(m.dir / "original" / "consolidated.00.pth", mid, 5000);
+  INFO("mount stderr: " << m.stderr_text());
+  REQUIRE(err == 0);
+  CHECK(piece == pth.substr(mid, 5000));
+  std::vector<Span> cdn;
+  for (const auto& r : s.server->log()) {
+    if (r.kind != "cdn") continue;
+    auto a = asked(r);
+    REQUIRE(a.has_value());
+    cdn.push_back(*a);
+  }
+  REQUIRE(cdn.size() == 1);
+  CHECK(cdn[0].begin == 2 * 1024 * 1024);
+  CHECK(cdn[0].end == 3 * 1024 * 1024);
+  // Read whole, sequentially: the source's bytes; no byte was asked for twice.
+  CHECK(sha256_hex(read_file(m.dir / "original" / "consolidated.00.pth")) == sha256_hex(pth));
+  std::uint64_t moved = 0;
+  std::vector<Span> all;
+  for (const auto& r : s.server->log()) {
+    if (r.kind != "cdn") continue;
+    auto a = asked(r);
+    REQUIRE(a.has_value());
+    all.push_back(*a);
+    moved += a->end - a->begin;
+  }
+  CHECK(moved == pth.size());
+  std::sort(all.begin(), all.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (std::size_t i = 1; i < all.size(); ++i) CHECK(all[i - 1].end <= all[i].begin);
+
+  // The shared cache: another mount of the repo (another process) serves these files with no
+  // request once it is ready.
+  MountProcess m2(s.work / "mnt2", s.work / "mount2.err", s.mount_args(s.work / "mnt2", {"--small-file", "1MiB"}));
+  s.server->clear_log();
+  for (const auto& name : small) CHECK(read_file(m2.dir / name) == read_file(repo / name));
+  CHECK(sha256_hex(read_file(m2.dir / "original" / "consolidated.00.pth")) == sha256_hex(pth));
+  for (const auto& r : s.server->log()) {
+    INFO(r.to_json());
+    FAIL_CHECK("a request for bytes the cache holds");
+  }
+}
+
+TEST_CASE("mount: an mmap reader of one tensor pulls neither the large tensor before it nor the one after it "
+          "(the kernel's read-around moves only the bytes it touches), nor the first tensor with the header",
+          "[mount]") {
+  TempDir root, cache, work;
+  tftest::ScopedEnv env;
+  env.set("TENSORFETCH_CACHE", cache.path().string());
+  env.set("HF_TOKEN", std::nullopt);
+  const fs::path repo = root / "org" / "three";
+  fs::create_directories(repo);
+  // t0 (2 MiB), t1 (40000 bytes), t2 (2 MiB): t1 sits between two tensors far larger than the
+  // kernel's 128 KiB read-around.
+  const std::string header = json{{"t0", {{"dtype", "U8"}, {"shape", {2 << 20}}, {"data_offsets", {0, 2 << 20}}}},
+                                  {"t1", {{"dtype", "U8"}, {"shape", {40000}}, {"data_offsets", {2 << 20, (2 << 20) + 40000}}}},
+                                  {"t2", {{"dtype", "U8"}, {"shape", {2 << 20}}, {"data_offsets", {(2 << 20) + 40000, (4 << 20) + 40000}}}}}
+                                 .dump();
+  const std::string padded = header + std::string((8 - header.size() % 8) % 8, ' ');
+  const std::string file = make_safetensors(padded, tftest::pattern_bytes((4 << 20) + 40000, 5));
+  write_file(repo / "model.safetensors", file);
+  tensorfetch::testing::Options o;
+  o.root = root.path();
+  HubServer server(o);
+  server.start();
+  MountProcess m(work / "mnt", work / "mount.err", {"hf://org/three", (work / "mnt").string(), "--endpoint", server.endpoint()});
+  const Span t1 = tensor_span(repo / "model.safetensors", "t1");
+  server.clear_log();
+  // The reader maps the file, parses the header (the first page), then copies t1 out.
+  const int fd = ::open((m.dir / "model.safetensors").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  void* p = ::mmap(nullptr, file.size(), PROT_READ, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  const char* bytes = static_cast<const char*>(p);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes, 8);
+  CHECK(std::string(bytes + 8, 16) == file.substr(8, 16));
+  CHECK(std::string(bytes + t1.begin, t1.end - t1.begin) == file.substr(t1.begin, t1.end - t1.begin));
+  ::munmap(p, file.size());
+  ::close(fd);
+  std::uint64_t moved = 0;
+  for (const auto& r : server.log()) {
+    if (r.kind != "cdn") continue;
+    auto a = asked(r);
+    REQUIRE(a.has_value());
+    INFO("fetched bytes " << a->begin << "-" << a->end);
+    moved += a->end - a->begin;
+  }
+  INFO("mount stderr: " << m.stderr_text());
+  // t1, and at most the read-around of the header page and of t1's pages (128 KiB each) besides.
+  CHECK(moved >= t1.end - t1.begin);
+  CHECK(moved <= (t1.end - t1.begin) + 3 * (128 << 10));
 }
 
 TEST_CASE("mount: four concurrent readers of one tensor share one fetch (no byte range asked twice)", "[mount]") {

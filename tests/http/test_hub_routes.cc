@@ -433,6 +433,42 @@ TEST_CASE("dataset repos and the API routes", "[routes]") {
   CHECK(log[3].repo == kSmall);
 }
 
+TEST_CASE("API with ?blobs=true: each file's size and blobId, and lfs{sha256, size, pointerSize} for LFS files, "
+          "as the Hub answers huggingface_hub's files_metadata=True",
+          "[routes]") {
+  Fixture f;
+  auto hub = f.hub();
+  auto plain = hub.Get("/api/models/org/small");
+  REQUIRE(plain);
+  const auto plain_doc = nlohmann::json::parse(plain->body);
+  for (const auto& s : plain_doc["siblings"]) CHECK(s.size() == 1);  // rfilename only
+  auto a = hub.Get("/api/models/org/small/revision/main?blobs=true");
+  REQUIRE(a);
+  CHECK(a->status == 200);
+  INFO(a->body);
+  const auto doc = nlohmann::json::parse(a->body);
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& s : doc["siblings"]) by_name[s["rfilename"].get<std::string>()] = s;
+  REQUIRE(by_name.size() == 3);
+  for (const auto& [name, s] : by_name) {
+    INFO(name);
+    const std::string content = read_file(f.root.file(kSmall, name));
+    CHECK(s["size"] == content.size());
+    CHECK(s["blobId"].get<std::string>().size() == 40);
+    if (name == "model.safetensors") {
+      CHECK(s["lfs"]["sha256"] == sha256_hex(content));
+      CHECK(s["lfs"]["size"] == content.size());
+      CHECK(s["lfs"]["pointerSize"].get<std::uint64_t>() > 0);
+    } else {
+      CHECK_FALSE(s.contains("lfs"));
+      // A git file's blobId is the ETag /resolve/ serves it with.
+      auto r = hub.Get(("/org/small/resolve/main/" + name).c_str());
+      REQUIRE(r);
+      CHECK(r->get_header_value("ETag") == "\"" + s["blobId"].get<std::string>() + "\"");
+    }
+  }
+}
+
 TEST_CASE("CDN: If-Match, signatures, unknown blobs", "[routes]") {
   Fixture f;
   const std::string content = read_file(f.root.file(kSharded, kShard));

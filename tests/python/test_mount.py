@@ -85,3 +85,68 @@ def test_safe_open_and_memmap_on_a_mounted_repo_read_the_source_bytes_fetching_o
         mm = np.memmap(m.path / shard, dtype=np.uint8, mode="r")
         assert mm.tobytes() == source
         del mm
+
+
+_needs_fuse_cli = pytest.mark.skipif(os.environ.get("TENSORFETCH_FUSE_BUILT") == "0",
+                                     reason="the CLI was built without the meson feature fuse: no `tensorfetch mount`")
+
+
+@_needs_fuse_cli
+def test_mount_context_manager_serves_open_memmap_and_safe_open_then_unmounts(hub, remote, reference, tmp_path):
+    shard = "model-00001-of-00003.safetensors"
+    source_dir = reference / "llama-tiny-sharded"
+    with tensorfetch.mount("hf://org/sharded", tmp_path / "mnt", cli=CLI, **remote) as m:
+        path = Path(m.path)
+        assert _mounted(path) and os.fspath(m) == str(tmp_path / "mnt")
+        # Every file of the repo is there, with the source's sizes; listing made no request.
+        hub.clear()
+        assert sorted(p.name for p in path.iterdir()) == sorted(p.name for p in source_dir.iterdir())
+        assert all((path / p.name).stat().st_size == p.stat().st_size for p in source_dir.iterdir())
+        assert hub.log() == []
+        # open/read of a small file, numpy.memmap of a shard, safe_open on the mounted path.
+        assert (path / "generation_config.json").read_bytes() == (source_dir / "generation_config.json").read_bytes()
+        mm = np.memmap(path / shard, dtype=np.uint8, mode="r")
+        assert mm.tobytes() == (source_dir / shard).read_bytes()
+        del mm
+        torch = pytest.importorskip("torch")
+        name = "model.embed_tokens.weight"
+        with tensorfetch.safe_open(str(path / shard), framework="pt") as mounted, \
+                tensorfetch.safe_open(str(source_dir / shard), framework="pt") as local:
+            assert torch.equal(mounted.get_tensor(name).view(torch.int16), local.get_tensor(name).view(torch.int16))
+        # What travelled: the small file (one whole resolve) and that shard's bytes, once each.
+        log = hub.log()
+        assert {r["file"] for r in cdn_requests(log)} == {shard}
+        assert [r["file"] for r in log if r["kind"] == "resolve"] == ["generation_config.json"]
+    assert not _mounted(path)
+    assert m.returncode == 0
+    assert "reads (" in m.log()  # the totals the mount printed as it ended
+
+
+@_needs_fuse_cli
+def test_mount_context_manager_unmounts_when_the_block_raises(hub, remote, tmp_path):
+    with pytest.raises(RuntimeError, match="raised inside"):
+        with tensorfetch.mount("hf://org/sharded", tmp_path / "mnt", cli=CLI, **remote) as m:
+            assert _mounted(Path(m.path))
+            raise RuntimeError("raised inside the with block")
+    assert not _mounted(tmp_path / "mnt")
+    assert m.returncode == 0  # a clean SIGTERM unmount
+
+
+@_needs_fuse_cli
+def test_mount_that_cannot_start_raises_the_cli_error_and_leaves_nothing_mounted(hub, remote, tmp_path):
+    (tmp_path / "mnt").mkdir()
+    with pytest.raises(tensorfetch.NetworkError, match="org/no-such-repo") as e:
+        tensorfetch.mount("hf://org/no-such-repo", tmp_path / "mnt", cli=CLI, **remote)
+    assert e.value.exit_code == 3
+    assert not _mounted(tmp_path / "mnt")
+    (tmp_path / "a-file").write_bytes(b"")
+    with pytest.raises(tensorfetch.TensorfetchError, match="not a directory") as e:
+        tensorfetch.mount("hf://org/sharded", tmp_path / "a-file", cli=CLI, **remote)
+    assert e.value.exit_code == 1
+
+
+def test_mount_refuses_unknown_or_bad_options_before_starting_anything(tmp_path):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        tensorfetch.mount("hf://org/sharded", tmp_path, cli=CLI, colour="red")
+    with pytest.raises(ValueError, match="tensor_window"):
+        tensorfetch.mount("hf://org/sharded", tmp_path, cli=CLI, tensor_window=1)

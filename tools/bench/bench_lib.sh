@@ -7,6 +7,9 @@
 #   bench_start_server [ARGS...]    starts the test server on $work/root with its request log at
 #                                   $work/log.jsonl (more server arguments may follow); sets
 #                                   $endpoint and $server_pid
+#   bench_make_tls DIR              makes DIR/ca.pem (a CA) and DIR/server.pem, DIR/server.key (a
+#                                   certificate for localhost and 127.0.0.1 signed by it); false,
+#                                   with openssl's output on stderr, when openssl fails
 #   bench_nginx_conf_head NG NAME WORKERS [MAIN_LINE]
 #                                   prints the start of an nginx.conf kept in directory NG, through
 #                                   the settings every bench uses inside `http {` (the caller adds
@@ -34,6 +37,23 @@ bench_start_server() {
   server_pid=$!
   for _ in $(seq 100); do [[ -s $work/endpoint ]] && break; sleep 0.05; done
   endpoint=$(head -n1 "$work/endpoint")
+}
+
+bench_make_tls() {
+  local dir=$1
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
+      -subj '/CN=tensorfetch bench CA' -addext 'basicConstraints=critical,CA:TRUE' \
+      -addext 'keyUsage=critical,keyCertSign,cRLSign'
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr \
+      -subj '/CN=localhost'
+    printf '%s\n' 'subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1' 'basicConstraints=critical,CA:FALSE' \
+      'keyUsage=critical,digitalSignature' 'extendedKeyUsage=serverAuth' > server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
+      -extfile server.ext
+  ) > "$dir/openssl.log" 2>&1 || { cat "$dir/openssl.log" >&2; return 1; }
 }
 
 bench_nginx_conf_head() {

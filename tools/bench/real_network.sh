@@ -259,19 +259,7 @@ ref_get=$work/ref-get.safetensors
 
 # --- TLS: a CA and a server certificate for localhost / 127.0.0.1 ------------------------------------
 tls=$work/tls
-mkdir -p "$tls"
-(
-  cd "$tls"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 2 \
-    -subj '/CN=tensorfetch bench CA' -addext 'basicConstraints=critical,CA:TRUE' \
-    -addext 'keyUsage=critical,keyCertSign,cRLSign'
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key -out server.csr \
-    -subj '/CN=localhost'
-  printf '%s\n' 'subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1' 'basicConstraints=critical,CA:FALSE' \
-    'keyUsage=critical,digitalSignature' 'extendedKeyUsage=serverAuth' > server.ext
-  openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 \
-    -extfile server.ext
-) > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl could not make the certificates"; }
+bench_make_tls "$tls" || die "openssl could not make the certificates"
 ca=$tls/ca.pem
 
 # --- servers -----------------------------------------------------------------------------------

@@ -191,7 +191,30 @@ void HubServer::Impl::handle_api(const httplib::Request& req, httplib::Response&
   });
   std::string id = bare_id(r.repo);
   json siblings = json::array();
-  for (const auto& f : repos.list_files(r.repo_rel)) siblings.push_back({{"rfilename", f}});
+  // As huggingface.co with `?blobs=true` (huggingface_hub's files_metadata=True): each file's
+  // size and git blob id, and for LFS files `lfs: {sha256, size, pointerSize}` (their blobId is
+  // the pointer file's).
+  const std::string blobs = req.get_param_value("blobs");
+  const bool with_blobs = blobs == "true" || blobs == "1";
+  for (const auto& f : repos.list_files(r.repo_rel)) {
+    json entry = {{"rfilename", f}};
+    if (with_blobs) {
+      const fs::path path = repos.dir(r.repo_rel) / f;
+      std::error_code ec;
+      const auto size = static_cast<std::uint64_t>(fs::file_size(path, ec));
+      entry["size"] = size;
+      if (repos.is_lfs(f, size)) {
+        const std::string sha = repos.register_blob(path, r.repo, f);
+        const std::string pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:" + sha +
+                                    "\nsize " + std::to_string(size) + "\n";
+        entry["blobId"] = git_blob_sha1(pointer);
+        entry["lfs"] = {{"sha256", sha}, {"size", size}, {"pointerSize", pointer.size()}};
+      } else {
+        entry["blobId"] = repos.git_blob(path);
+      }
+    }
+    siblings.push_back(std::move(entry));
+  }
   json body = {{"_id", id},         {"id", id},
                {"modelId", id},     {"sha", commit},
                {"private", priv},   {"gated", gated ? json("manual") : json(false)},

@@ -67,6 +67,7 @@ struct MountCliOptions {
   bool daemon = false;          ///< --daemon: return once mounted, serve in the background
   std::string log;              ///< --log FILE: failures and totals there instead of stderr
   std::uint64_t tensor_window = 64 << 20;  ///< --tensor-window: largest piece of a tensor one read fetches
+  std::uint64_t small_file = 16 << 20;     ///< --small-file: other files up to this size are fetched whole on open
   OpenOptions open;             ///< endpoint, cache, connections, offline
   FetchOptions fetch;           ///< chunk size, coalescing gap
 };

@@ -282,6 +282,12 @@ int main(int argc, char** argv) {
       ->transform(CLI::AsSizeValue(false))
       ->transform(plain_number(true))
       ->check(CLI::Range(std::uint64_t{4096}, std::uint64_t{1} << 40));
+  mount_cmd->add_option("--small-file", mount.small_file,
+                        "Other files of the repo (tokenizers, README, ...) of at most this size are fetched whole on "
+                        "first open, larger ones by 1MiB blocks as read (default 16MiB)")
+      ->transform(CLI::AsSizeValue(false))
+      ->transform(plain_number(true))
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
   add_open_options(*mount_cmd, mount.open);
   add_rate_option(*mount_cmd, mount.open);
   add_fetch_options(*mount_cmd, mount.fetch);

@@ -41,6 +41,7 @@ int run_mount(const MountCliOptions& options) {
   MountOptions mount;
   mount.fetch = options.fetch;
   mount.tensor_window = options.tensor_window;
+  mount.small_file = options.small_file;
   std::shared_ptr<std::ofstream> log_file;
   if (!options.log.empty()) {
     log_file = std::make_shared<std::ofstream>(options.log, std::ios::app);

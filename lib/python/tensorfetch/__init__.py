@@ -32,7 +32,11 @@ import json
 import numbers
 import operator
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
@@ -64,6 +68,8 @@ __all__ = [
     "inspect",
     "plan",
     "download",
+    "mount",
+    "Mount",
     "trace",
 ] + list(_errors.__all__)  # the exception classes, as errors.py lists them
 
@@ -746,6 +752,171 @@ def download(location: Union[str, "os.PathLike[str]"], dir: Union[str, "os.PathL
         finally:
             if bar is not None:
                 bar.finish()
+
+
+# mount(): each keyword option as the CLI takes it. Options whose value reaches the mount process
+# through its environment (a token never goes on a command line, which `ps` shows) are not here.
+_MOUNT_FLAGS: Dict[str, str] = {
+    "endpoint": "--endpoint", "cacert": "--cacert", "window": "--window", "connections": "--connections",
+    "max_connections": "--max-connections", "header_connections": "--header-connections", "retries": "--retries",
+    "stall_timeout": "--stall-timeout", "min_rate": "--min-rate", "max_rate": "--max-rate",
+    "cache_dir": "--cache-dir", "offline": "--offline", "shared_cache": "--shared-cache",
+    "s3_endpoint": "--s3-endpoint", "no_sign_request": "--no-sign-request", "presign_expires": "--presign-expires",
+    "chunk_size": "--chunk-size", "coalesce_gap": "--coalesce-gap",
+    "coalesce_overfetch_percent": "--coalesce-overfetch",
+}
+_MOUNT_ONLY: Dict[str, Tuple[str, int, int]] = {
+    "tensor_window": ("int", 4096, 1 << 40),
+    "small_file": ("int", 0, 1 << 40),
+}
+
+
+def _mount_point_is_mounted(path: str) -> bool:
+    try:
+        return os.stat(path).st_dev != os.stat(os.path.dirname(os.path.abspath(path)) or "/").st_dev
+    except OSError:
+        return False
+
+
+def _tensorfetch_cli(cli: Union[None, str, "os.PathLike[str]"]) -> str:
+    if cli is not None:
+        return os.fspath(cli)
+    found = os.environ.get("TENSORFETCH_CLI") or shutil.which("tensorfetch")
+    if not found:
+        raise TensorfetchError("tensorfetch.mount runs the tensorfetch CLI (built with the meson feature fuse), "
+                               "which is neither $TENSORFETCH_CLI nor on PATH; pass cli=PATH")
+    return found
+
+
+class Mount:
+    """A checkpoint mounted by ``tensorfetch.mount``: ``path`` is the directory (also
+    ``os.fspath(m)``); ``pid`` the mount process; ``log()`` what it said so far (failed reads,
+    totals); ``unmount()`` ends it (the ``with`` block does). Not thread-safe."""
+
+    def __init__(self, proc: "subprocess.Popen[bytes]", path: str, log_file: Any, location: str) -> None:
+        self._proc = proc
+        self.path = path
+        self.pid = proc.pid
+        self._log = log_file
+        self._location = location
+        self.returncode: Optional[int] = None
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        state = "mounted" if self.returncode is None else f"ended ({self.returncode})"
+        return f"<tensorfetch.Mount {self._location!r} on {self.path!r}, {state}>"
+
+    def log(self) -> str:
+        """What the mount process wrote so far: failed reads (file, URL, byte range) and totals."""
+        self._log.flush()
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")
+
+    def unmount(self, timeout: float = 30.0) -> int:
+        """Ends the mount as ``SIGTERM`` does (fetches cancelled, reads under way get EIO, the
+        directory unmounted); waits for the process, at most ``timeout`` seconds before killing it.
+        Returns its exit status (0: clean). Idempotent."""
+        if self.returncode is not None:
+            return self.returncode
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        if _mount_point_is_mounted(self.path):
+            # A killed process leaves its mount point: clear it.
+            subprocess.run([self._proc.args[0], "unmount", self.path], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+        self.returncode = self._proc.returncode
+        return self.returncode
+
+    def __enter__(self) -> "Mount":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        status = self.unmount()
+        if status != 0 and exc_type is None:
+            raise TensorfetchError(f"tensorfetch mount of {self._location} on {self.path} ended with exit "
+                                   f"status {status}")
+
+
+def mount(location: Union[str, "os.PathLike[str]"], dir: Union[str, "os.PathLike[str]"],
+          cli: Union[None, str, "os.PathLike[str]"] = None, ready_timeout: float = 60.0, **options: Any) -> Mount:
+    """Mounts a checkpoint on the directory ``dir`` (made when missing; read-only, FUSE), as
+    ``tensorfetch mount LOCATION DIR`` does, for loaders that read local directories::
+
+        with tensorfetch.mount("hf://Org/Model", "/mnt/model") as m:
+            model = AutoModelForCausalLM.from_pretrained(m.path)   # reads lazily, tensor by tensor
+
+    Returns once the directory is mounted (a ``Mount``; ``with`` unmounts it when the block ends,
+    also on an exception). The options are ``safe_open``'s (``endpoint``, ``token``,
+    ``cache_dir``, ``offline``, ``connections``, ...) plus ``tensor_window`` and ``small_file``
+    (bytes; see ``tensorfetch mount --help``); ``cli`` is the tensorfetch CLI to run (default
+    ``$TENSORFETCH_CLI``, else ``tensorfetch`` on PATH), ``ready_timeout`` how long to wait for the
+    mount. A mount that fails raises the exception class of the CLI's exit code with its message
+    (a bad location, no /dev/fuse, a stale mount point).
+
+    The mount runs in a child process (the CLI, in the foreground), not on a thread of this one:
+    this module then never needs libfuse (as ``libtensorfetch.so`` does not), a ``fork`` of this
+    process (DataLoader workers, multiprocessing) copies no FUSE threads, this process's own
+    page faults on mapped files of the mount are served by a process that never waits for its
+    GIL, and ending it is the CLI's clean SIGTERM path. The CLI's ``--daemon`` is not used: the
+    child is kept as a ``Popen``, so its exit status and messages are known, and nothing is left
+    behind when this process ends the mount.
+    """
+    where = _location(location)
+    path = os.path.abspath(os.fspath(dir))
+    args = [_tensorfetch_cli(cli), "mount", where, path]
+    if not os.path.lexists(path):
+        os.makedirs(path)
+    env = dict(os.environ)
+    open_opts, fetch_opts = _options({k: v for k, v in options.items() if k not in _MOUNT_ONLY})
+    for name, spec in _MOUNT_ONLY.items():
+        if options.get(name) is None:
+            continue
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+        if not spec[1] <= int(value) <= spec[2]:
+            raise ValueError(f"{name} must be between {spec[1]} and {spec[2]}, not {value}")
+        args += ["--" + name.replace("_", "-"), str(int(value))]
+    for name, value in {**open_opts, **fetch_opts}.items():
+        if name == "token":
+            env["HF_TOKEN"] = value
+        elif name == "hf_hub_cache":
+            env["HF_HUB_CACHE"] = value
+        elif name == "warm_connections":
+            continue  # (a mount fetches on reads, not right after the open)
+        elif isinstance(value, bool):
+            if value:
+                args.append(_MOUNT_FLAGS[name])
+            elif name == "offline":
+                env["HF_HUB_OFFLINE"] = "0"
+        else:
+            args += [_MOUNT_FLAGS[name], str(value)]
+    log_file = tempfile.TemporaryFile()
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, env=env)
+    m = Mount(proc, path, log_file, where)
+    deadline = time.monotonic() + ready_timeout
+    while not _mount_point_is_mounted(path) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not _mount_point_is_mounted(path):
+        text = m.log().strip()
+        status = proc.poll()
+        m.unmount(timeout=5)
+        log_file.close()
+        if status is None:
+            raise TensorfetchError(f"tensorfetch mount of {where} on {path}: not mounted after {ready_timeout} s: {text}")
+        prefix = "tensorfetch: error: "
+        message = text[len(prefix):] if text.startswith(prefix) else text
+        err = _errors._BY_EXIT.get(status, TensorfetchError)(message or f"tensorfetch mount exited with status {status}")
+        err.exit_code = status
+        raise err
+    return m
 
 
 @contextlib.contextmanager
