@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli_util.hpp"
+#include "store_tree.hpp"
 #include "support/process.hpp"
 
 using namespace clitest;
@@ -85,37 +86,6 @@ class S3Server {
   int port_ = 0;
 };
 
-// A checkpoint of `n` U8 tensors of `size` bytes each, named layers.I.weight.
-std::string checkpoint(int first, int n, std::size_t size, std::uint32_t seed) {
-  json header = json::object();
-  std::string data;
-  for (int i = first; i < first + n; ++i) {
-    header["layers." + std::to_string(i) + ".weight"] = {
-        {"dtype", "U8"}, {"shape", {size}}, {"data_offsets", {data.size(), data.size() + size}}};
-    data += tftest::pattern_bytes(size, seed + static_cast<std::uint32_t>(i));
-  }
-  return make_safetensors(header.dump(), data);
-}
-
-// Writes the test bucket's tree: single/model.safetensors; sharded/ (an index and two shards);
-// loose/ (two .safetensors files, no index); empty/ (no checkpoint).
-void make_tree(const fs::path& root) {
-  tftest::write_file(root / "single/model.safetensors", checkpoint(0, 4, 300'000, 1));
-  tftest::write_file(root / "sharded/model-00001-of-00002.safetensors", checkpoint(0, 2, 200'000, 2));
-  tftest::write_file(root / "sharded/model-00002-of-00002.safetensors", checkpoint(2, 2, 200'000, 2));
-  json index = {{"metadata", {{"total_size", 800'000}}},
-                {"weight_map",
-                 {{"layers.0.weight", "model-00001-of-00002.safetensors"},
-                  {"layers.1.weight", "model-00001-of-00002.safetensors"},
-                  {"layers.2.weight", "model-00002-of-00002.safetensors"},
-                  {"layers.3.weight", "model-00002-of-00002.safetensors"}}}};
-  tftest::write_file(root / "sharded/model.safetensors.index.json", index.dump());
-  tftest::write_file(root / "loose/part-a.safetensors", checkpoint(0, 1, 1000, 3));
-  tftest::write_file(root / "loose/part-b.safetensors", checkpoint(1, 1, 1000, 3));
-  tftest::write_file(root / "loose/notes.txt", "not a checkpoint");
-  tftest::write_file(root / "empty/readme.md", "nothing here");
-}
-
 // Credentials with a session token, a fresh cache, the endpoint by environment; nothing of the
 // test machine's own AWS setup.
 struct S3Env {
@@ -134,10 +104,10 @@ struct S3Env {
   }
 };
 
-// The tree of make_tree, written under `tmp`, as the upload of bucket `models` and of each bucket
+// The tree of make_store_tree, written under `tmp`, as the upload of bucket `models` and of each bucket
 // of `more` (the same tree).
 std::vector<std::string> test_buckets(const TempDir& tmp, const std::vector<std::string>& more = {}) {
-  make_tree(tmp / "tree");
+  make_store_tree(tmp / "tree");
   std::vector<std::string> uploads{"models=" + (tmp / "tree").string()};
   for (const auto& b : more) uploads.push_back(b + "=" + (tmp / "tree").string());
   return uploads;
@@ -306,7 +276,7 @@ TEST_CASE("s3: a listing of many pages follows NextContinuationToken") {
   if (!s3_available()) return;
   TempDir tmp("tf-s3-pages");
   for (int i = 0; i < 5; ++i) {
-    tftest::write_file(tmp / "tree/many" / ("part-" + std::to_string(i) + ".safetensors"), checkpoint(i, 1, 64, 9));
+    tftest::write_file(tmp / "tree/many" / ("part-" + std::to_string(i) + ".safetensors"), store_checkpoint(i, 1, 64, 9));
   }
   S3Server s3({"pages=" + (tmp / "tree").string()}, {"--max-keys", "2"});
   S3Env env(tmp / "cache", s3.endpoint());
