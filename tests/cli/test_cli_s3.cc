@@ -100,6 +100,10 @@ struct S3Env {
     env.set("AWS_ENDPOINT_URL", std::nullopt);
     env.set("AWS_SHARED_CREDENTIALS_FILE", (cache.parent_path() / "no-credentials").string());
     env.set("AWS_CONFIG_FILE", (cache.parent_path() / "no-config").string());
+    // No container or instance metadata credentials (the test machine may be an EC2 instance).
+    env.set("AWS_EC2_METADATA_DISABLED", "true");
+    env.set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt);
+    env.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt);
     env.set("TENSORFETCH_CACHE", cache.string());
   }
 };
@@ -423,6 +427,74 @@ TEST_CASE("s3: credentials from a web identity: the token exchanged at STS (a lo
   CHECK(r.err.find("eyJ-web-identity-token") == std::string::npos);
   sts.stop();
   sts_thread.join();
+}
+
+TEST_CASE("s3: credentials from container credentials and from EC2 instance metadata (IMDSv2) at local endpoints; every request signed with them") {
+  if (!s3_available()) return;
+  S3World world;
+  const S3Server& s3 = world.s3;
+  std::mutex mutex;
+  std::vector<std::string> asked;  // "METHOD PATH" of every metadata request
+  const std::string credentials = std::string(R"({"Code":"Success","AccessKeyId":")") + kKeyId +
+                                  R"(","SecretAccessKey":")" + kSecret + R"(","Token":")" + kToken +
+                                  R"(","Expiration":"2099-01-01T00:00:00Z"})";
+  httplib::Server meta;
+  meta.Get("/creds", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("GET /creds " + req.get_header_value("Authorization"));
+    res.set_content(credentials, "application/json");
+  });
+  meta.Put("/latest/api/token", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("PUT /latest/api/token " + req.get_header_value("X-aws-ec2-metadata-token-ttl-seconds"));
+    res.set_content("imds-token", "text/plain");
+  });
+  meta.Get(R"(/latest/meta-data/iam/security-credentials/(.*))", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("GET " + req.path + " " + req.get_header_value("X-aws-ec2-metadata-token"));
+    if (req.get_header_value("X-aws-ec2-metadata-token") != "imds-token") {
+      res.status = 401;
+      return;
+    }
+    res.set_content(req.matches[1].str().empty() ? std::string("reader-role") : credentials, "text/plain");
+  });
+  const int port = meta.bind_to_any_port("127.0.0.1");
+  std::thread meta_thread([&] { meta.listen_after_bind(); });
+  tftest::ScopedEnv scoped;
+  scoped.unset("AWS_ACCESS_KEY_ID");
+  scoped.unset("AWS_SECRET_ACCESS_KEY");
+  scoped.unset("AWS_SESSION_TOKEN");
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+
+  SECTION("container credentials: FULL_URI with the authorization token") {
+    scoped.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", url + "/creds");
+    scoped.set("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-auth-DO-NOT-LEAK");
+    const auto r = run({"inspect", "s3://models/sharded/"});
+    CHECK(r.exit_code == 0);
+    check_no_secrets(r);
+    CHECK(r.err.find("container-auth-DO-NOT-LEAK") == std::string::npos);
+    std::lock_guard lock(mutex);
+    CHECK(asked == std::vector<std::string>{"GET /creds container-auth-DO-NOT-LEAK"});
+  }
+  SECTION("instance metadata: the IMDSv2 token, the role, its credentials") {
+    scoped.set("AWS_EC2_METADATA_DISABLED", std::nullopt);
+    scoped.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", url);
+    const auto r = run({"inspect", "s3://models/sharded/"});
+    CHECK(r.exit_code == 0);
+    check_no_secrets(r);
+    std::lock_guard lock(mutex);
+    CHECK(asked == std::vector<std::string>{"PUT /latest/api/token 21600",
+                                            "GET /latest/meta-data/iam/security-credentials/ imds-token",
+                                            "GET /latest/meta-data/iam/security-credentials/reader-role imds-token"});
+  }
+  const auto reqs = s3.requests();
+  CHECK(reqs.size() == 4);
+  for (const auto& q : reqs) {
+    CHECK(q["access_key"] == kKeyId);
+    CHECK(q["status"].get<int>() < 300);
+  }
+  meta.stop();
+  meta_thread.join();
 }
 
 TEST_CASE("s3: a bucket in another region than the one configured: S3's answer names it, and the open asks again there once") {
