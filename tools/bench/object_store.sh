@@ -220,7 +220,7 @@ fi
 # --- timing ---------------------------------------------------------------------------------------
 now() { date +%s.%N; }
 declare -A best
-nginx_bytes() { awk -v p="$1" '$2 == p { s += $5 } END { print s + 0 }' "$alog"; }
+nginx_bytes() { awk -v p="$1" '$2 == p { s += $5 } END { printf "%.0f\n", s }' "$alog"; }
 nginx_requests() { awk -v p="$1" '$2 == p { n++ } END { print n + 0 }' "$alog"; }
 verify_dir() {  # DIR: every shard and the index byte for byte
   local f
