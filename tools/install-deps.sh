@@ -26,7 +26,7 @@ packages=(
 for arg in "$@"; do
   case $arg in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;     # libFuzzer + sanitizer runtimes
-    --bench) packages+=(nginx-light libnginx-mod-stream aria2 curl openssl time jq) ;;  # servers, peers, time -v
+    --bench) packages+=(nginx-light libnginx-mod-stream aria2 curl openssl time jq rclone awscli bc) ;;  # servers, peers, time -v
     *) echo "usage: tools/install-deps.sh [--fuzz] [--bench]" >&2; exit 1 ;;
   esac
 done

@@ -54,6 +54,9 @@ s3rver=$root_dir/tools/node/node_modules/s3rver/bin/s3rver.js
 azurite=$root_dir/tools/node/node_modules/azurite/dist/src/blob/main.js
 [[ -f $s3rver && -f $azurite ]] || die "s3rver or azurite missing: npm ci --prefix tools/node"
 source tools/bench/bench_lib.sh
+# Debian's awscli (v2) when installed, else the first `aws` on PATH.
+aws_bin=/usr/bin/aws
+[[ -x $aws_bin ]] || aws_bin=$(command -v aws)
 tf=$(realpath "$build/tools/tensorfetch/tensorfetch")
 gen=$(realpath "$build/tools/gen/tensorfetch-make-checkpoint")
 
@@ -249,7 +252,7 @@ header_bytes=$("$tf" inspect "$data" --json | jq '[.files[] | .header_size + 8] 
 "$tf" get "$data" "${globs[@]}" -o "$work/ref-get.safetensors" > /dev/null 2>&1
 
 echo "object_store: $(( ckpt_bytes / 1000000 )) MB in $shards shards ($layers layers), per-connection cap $rate, TLS via nginx, best of $runs"
-echo "  tensorfetch $("$tf" --version 2>/dev/null | head -n1), $(rclone version | head -n1), $(aws --version 2>&1)"
+echo "  tensorfetch $("$tf" --version 2>/dev/null | head -n1), $(rclone version | head -n1), $("$aws_bin" --version 2>&1)"
 partial() {  # NAME PORT LOCATION: bytes moved by a get of two layers
   local name=$1 port=$2 loc=$3 before after
   rm -rf "$work/cache"; before=$(nginx_bytes "$port"); sleep 0.3
@@ -272,7 +275,7 @@ if (( want_s3 )); then
   echo "S3 (s3rver):"
   run_case tf-download "$work/dl-tf" "$tf" download s3://models/ckpt/ -o "$work/dl-tf"
   run_case rclone "$work/dl-rclone" rclone copy s3:models/ckpt "$work/dl-rclone" --transfers 4 --multi-thread-streams 16 --ca-cert "$ca"
-  run_case aws "$work/dl-aws" aws s3 cp --recursive s3://models/ckpt/ "$work/dl-aws" --endpoint-url "$s3_url" --ca-bundle "$ca" --only-show-errors
+  run_case aws "$work/dl-aws" "$aws_bin" s3 cp --recursive s3://models/ckpt/ "$work/dl-aws" --endpoint-url "$s3_url" --ca-bundle "$ca" --only-show-errors
   faster=$(echo "if (${best[rclone]} < ${best[aws]}) ${best[rclone]} else ${best[aws]}" | bc -l)
   printf '  ratio: tensorfetch %.2fx the faster peer (rclone %.2fx, aws %.2fx)\n' "$(echo "$faster / ${best[tf-download]}" | bc -l)" \
     "$(echo "${best[rclone]} / ${best[tf-download]}" | bc -l)" "$(echo "${best[aws]} / ${best[tf-download]}" | bc -l)"
