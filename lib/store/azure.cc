@@ -218,14 +218,15 @@ Result<AzureSetup> resolve_azure(const EnvLookup& env, const AzureLocation& loca
   // The credentials.
   if (anonymous) return setup;
   Result<void> used;
+  // (A connection string without a key or SAS gives only the endpoint: the search goes on.)
+  const auto cs_key = cs.find("AccountKey");
+  const auto cs_sas = cs.find("SharedAccessSignature");
   if (!location.sas.empty()) {
     used = use_sas(location.sas, "the location's URL");
-  } else if (!cs.empty()) {
-    if (auto k = cs.find("AccountKey"); k != cs.end()) {
-      used = use_key(k->second, "AZURE_STORAGE_CONNECTION_STRING");
-    } else if (auto s = cs.find("SharedAccessSignature"); s != cs.end()) {
-      used = use_sas(s->second, "AZURE_STORAGE_CONNECTION_STRING");
-    }
+  } else if (cs_key != cs.end()) {
+    used = use_key(cs_key->second, "AZURE_STORAGE_CONNECTION_STRING");
+  } else if (cs_sas != cs.end()) {
+    used = use_sas(cs_sas->second, "AZURE_STORAGE_CONNECTION_STRING");
   } else if (const std::string key = var("AZURE_STORAGE_ACCOUNT_KEY");
              !key.empty() && (var("AZURE_STORAGE_ACCOUNT").empty() || var("AZURE_STORAGE_ACCOUNT") == location.account)) {
     used = use_key(key, "AZURE_STORAGE_ACCOUNT_KEY");

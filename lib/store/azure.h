@@ -75,8 +75,9 @@ struct AzureSetup {
 
 /// The endpoint and credentials for `location` from the environment, in this order: the SAS
 /// of the location's URL; AZURE_STORAGE_CONNECTION_STRING (its AccountName must be the
-/// location's; AccountKey, else SharedAccessSignature, else anonymous; the endpoint from
-/// BlobEndpoint, else DefaultEndpointsProtocol/EndpointSuffix); AZURE_STORAGE_ACCOUNT_KEY (when
+/// location's; AccountKey, else SharedAccessSignature; the endpoint from BlobEndpoint, else
+/// DefaultEndpointsProtocol/EndpointSuffix; one with neither gives only the endpoint and the
+/// search goes on); AZURE_STORAGE_ACCOUNT_KEY (when
 /// AZURE_STORAGE_ACCOUNT is unset or the location's account); AZURE_STORAGE_SAS_TOKEN; else
 /// anonymous. `anonymous` (--no-sign-request) looks for no credentials. The endpoint is the https
 /// form's host, else the connection string's, else https://ACCOUNT.blob.core.windows.net.

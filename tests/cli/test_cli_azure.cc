@@ -318,15 +318,25 @@ TEST_CASE("azure: a SAS from AZURE_STORAGE_SAS_TOKEN or the connection string is
   const std::string sas = az.container_sas();
   const std::string location = std::string("az://") + kAccount + "/models/sharded/";
 
-  SECTION("AZURE_STORAGE_SAS_TOKEN (the endpoint from a connection string without a key)") {
+  SECTION("AZURE_STORAGE_SAS_TOKEN (the endpoint from a connection string without credentials)") {
     tftest::ScopedEnv scoped;
     scoped.set("AZURE_STORAGE_CONNECTION_STRING", "BlobEndpoint=" + az.endpoint());
     scoped.set("AZURE_STORAGE_SAS_TOKEN", "?" + sas);
-    // A connection string without a key or SAS means anonymous: the SAS token is not looked at.
-    auto r = run({"inspect", location});
+    az.clear();
+    auto r = run({"inspect", location, "--json"});
+    REQUIRE(r.exit_code == 0);
+    check_no_secrets(r, sas);
+    const auto reqs = az.requests();
+    REQUIRE(reqs.size() == 4);
+    for (const auto& q : reqs) {
+      CHECK(q["query"]["sp"] == "rl");  // the given SAS, not one made here
+      CHECK(q["status"].get<int>() < 300);
+    }
+    // Without it, the same requests are anonymous, and the container is not public.
+    scoped.unset("AZURE_STORAGE_SAS_TOKEN");
+    r = run({"inspect", location});
     CHECK(r.exit_code == 3);
     CHECK_THAT(r.err, Catch::Contains("the container is not public"));
-    check_no_secrets(r, sas);
   }
   SECTION("the connection string's SharedAccessSignature") {
     tftest::ScopedEnv scoped;

@@ -103,6 +103,14 @@ TEST_CASE("Azure credentials, in order: the URL's SAS, the connection string, th
   CHECK(s->sas == "sv=1&sig=x");
   CHECK(s->source == "AZURE_STORAGE_SAS_TOKEN");
 
+  // A connection string with only the endpoint: the SAS token is still looked for.
+  s = resolve_azure(env_of({{"AZURE_STORAGE_CONNECTION_STRING", "BlobEndpoint=http://h:1/devstoreaccount1"},
+                            {"AZURE_STORAGE_SAS_TOKEN", "sv=1&sig=x"}}),
+                    loc, false);
+  REQUIRE(s);
+  CHECK(s->auth == AzureAuth::Sas);
+  CHECK(s->endpoint == "http://h:1/devstoreaccount1");
+
   s = resolve_azure(env_of({}), loc, false);
   REQUIRE(s);
   CHECK(s->auth == AzureAuth::Anonymous);
