@@ -108,7 +108,7 @@ mkdir -p "$work/s3rver" "$work/azurite"
   --no-vhost-buckets > "$work/s3rver.log" 2>&1 &
 pids+=($!)
 "${node_env[@]}" node "$azurite" --blobHost 127.0.0.1 --blobPort "$az_port" --location "$work/azurite" --silent \
-  --skipApiVersionCheck --disableTelemetry --disableProductStyleUrl > "$work/azurite.log" 2>&1 &
+  --disableTelemetry --disableProductStyleUrl > "$work/azurite.log" 2>&1 &
 pids+=($!)
 wait_port "$s3_port" || die "s3rver did not start"
 wait_port "$az_port" || die "azurite did not start"

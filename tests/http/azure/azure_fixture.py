@@ -17,7 +17,8 @@ tests assert requests through that log.
 --public makes a container's blobs readable anonymously; --max-results N adds maxresults=N to
 every List Blobs request (so the client must follow NextMarker); --sas-out FILE writes a SAS
 for the container `models` (read and list, one hour; made here, in Python) for the SAS tests. Writes "PROXY_PORT AZURITE_PORT"
-to --ready once both serve; runs until killed (SIGTERM).
+to --ready once both serve; runs until killed (SIGTERM). With AZURITE_DEBUG=FILE in the
+environment azurite writes its debug log there (it shows the string it signed).
 """
 import argparse
 import base64
@@ -181,17 +182,20 @@ def main():
     p.add_argument("--public", action="append", default=[])
     p.add_argument("--max-results", type=int, default=0)
     p.add_argument("--sas-out")
-    p.add_argument("--no-proxy", action="store_true", help="serve azurite directly (benchmarks)")
     args = p.parse_args()
     os.makedirs(args.root, exist_ok=True)
     azurite_port = free_port()
     node = os.environ.get("NODE", "node")
     # Under the sanitizer builds the Python tests preload the sanitizer runtimes: not into node.
     node_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
-    proc = subprocess.Popen([node, AZURITE, "--blobHost", "127.0.0.1", "--blobPort", str(azurite_port),
-                             "--location", args.root, "--silent", "--skipApiVersionCheck", "--disableTelemetry",
-                             "--disableProductStyleUrl"] + (["--debug", os.environ["AZURITE_DEBUG"]] if os.environ.get("AZURITE_DEBUG") else []),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=node_env)
+    # Neither --skipApiVersionCheck (azurite knows the SAS version tensorfetch signs, 2022-11-02)
+    # nor --loose (headers or parameters azurite does not support are refused, as Azure would).
+    # No telemetry (it would try to reach Azure); path-style URLs only (127.0.0.1:PORT/ACCOUNT/...).
+    command = [node, AZURITE, "--blobHost", "127.0.0.1", "--blobPort", str(azurite_port), "--location", args.root,
+               "--silent", "--disableTelemetry", "--disableProductStyleUrl"]
+    if os.environ.get("AZURITE_DEBUG"):
+        command += ["--debug", os.environ["AZURITE_DEBUG"]]
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=node_env)
     signal.signal(signal.SIGTERM, lambda *_: (proc.terminate(), sys.exit(0)))
     try:
         wait_port(azurite_port, proc)
@@ -206,12 +210,6 @@ def main():
         if args.sas_out:
             with open(args.sas_out, "w") as f:
                 f.write(container_sas("models"))
-        if args.no_proxy:
-            with open(args.ready + ".tmp", "w") as f:
-                f.write("%d %d\n" % (azurite_port, azurite_port))
-            os.rename(args.ready + ".tmp", args.ready)
-            proc.wait()
-            return
         Proxy.state = State(args, azurite_port)
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
         server.daemon_threads = True
