@@ -26,23 +26,26 @@ packages=(
 for arg in "$@"; do
   case $arg in
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;     # libFuzzer + sanitizer runtimes
-    --bench) packages+=(nginx-light libnginx-mod-stream aria2 rclone curl openssl time jq) ;;  # servers, peers, time -v
+    --bench) packages+=(nginx-light libnginx-mod-stream aria2 rclone awscli curl openssl time jq bc) ;;  # servers, peers, time -v
     *) echo "usage: tools/install-deps.sh [--fuzz] [--bench]" >&2; exit 1 ;;
   esac
 done
 
-# s3rver (npm) for the S3 tests (tests/cli/test_cli_s3.cc), into tools/node, pinned by its
-# package-lock.json; only when missing, and only where npm is on PATH (it is not a Debian package
-# here: Debian's npm conflicts with the nodejs some machines have).
+# s3rver and azurite (npm) for the S3 and Azure tests (tests/cli/test_cli_s3.cc,
+# test_cli_azure.cc), into tools/node, pinned by its package-lock.json; only when missing, and
+# only where npm is on PATH (it is not a Debian package here: Debian's npm conflicts with the
+# nodejs some machines have).
 install_s3rver() {
   local root
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node"
-  if [[ -f "$root/node_modules/s3rver/bin/s3rver.js" ]]; then return 0; fi
-  if ! command -v npm >/dev/null; then
-    echo "install-deps: npm not found: the S3 tests (cli_s3) will be skipped" >&2
+  if [[ -f "$root/node_modules/s3rver/bin/s3rver.js" && -f "$root/node_modules/azurite/dist/src/blob/main.js" ]]; then
     return 0
   fi
-  echo "install-deps: installing s3rver into $root"
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: npm not found: the S3 and Azure tests (cli_s3, cli_azure) will be skipped" >&2
+    return 0
+  fi
+  echo "install-deps: installing s3rver and azurite into $root"
   npm ci --prefix "$root" --no-audit --no-fund
 }
 

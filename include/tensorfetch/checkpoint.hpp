@@ -178,11 +178,12 @@ struct OpenOptions {
   /// server (path-style addressing); empty: `$AWS_ENDPOINT_URL_S3`, else `$AWS_ENDPOINT_URL`, else
   /// the profile's `endpoint_url`, else AWS's own (`https://BUCKET.s3.REGION.amazonaws.com`).
   std::string s3_endpoint;
-  /// S3: send unsigned requests (a public bucket), as the AWS CLI's `--no-sign-request`; no
-  /// credentials are looked for.
+  /// S3 and Azure: send unsigned requests (a public bucket or container), as the AWS CLI's
+  /// `--no-sign-request`; no credentials are looked for.
   bool s3_no_sign_request = false;
-  /// S3: how long the presigned URLs of requests and of `Checkpoint::plan` stay valid, in
-  /// seconds (1 to 604800, SigV4's limit; temporary credentials may end them sooner).
+  /// S3 and Azure: how long the presigned URLs (the SAS made with an Azure account key) of
+  /// requests and of `Checkpoint::plan` stay valid, in seconds (1 to 604800, SigV4's limit;
+  /// temporary credentials may end them sooner).
   std::int64_t s3_presign_seconds = 3600;
 };
 
@@ -199,7 +200,7 @@ struct PlannedTransfer {
   ByteRange range;                      ///< with `Range: bytes=offset-(offset+length-1)`
   std::optional<std::string> if_match;  ///< send as `If-Match`; expect `206` and this exact range
   bool send_token = false;              ///< the URL is on the endpoint's host: send the token
-  /// A presigned URL (S3): when it stops working, in seconds since the epoch (it needs no
+  /// A presigned URL (S3) or a URL with a SAS (Azure): when it stops working, in seconds since the epoch (it needs no
   /// credentials until then); 0: no stated end.
   std::int64_t expires_at = 0;
 };

@@ -600,7 +600,7 @@ TF_API int tf_plan_send_token(const tf_plan* plan, size_t i) TF_NOEXCEPT;
 
 /**
  * When transfer `i`'s URL stops working, in seconds since the epoch: an `s3://` location's
- * presigned URL, fetched with no credentials until then; 0 when it states no end (other
+ * presigned URL or an `az://` location's URL with a SAS, fetched with no credentials until then; 0 when it states no end (other
  * locations, or `i` out of range). Any thread.
  */
 TF_API int64_t tf_plan_expires_at(const tf_plan* plan, size_t i) TF_NOEXCEPT;

@@ -4,6 +4,7 @@
 // because the format layer (below net) must decode shard names to refuse `%2e%2e`. Pure.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,6 +22,13 @@ namespace tensorfetch::detail {
 
 /// Percent-encodes each `/`-separated segment of a relative path (the slashes stay). Pure.
 [[nodiscard]] std::string encode_path(std::string_view path);
+
+/// Standard base64 (RFC 4648, `+/`, padded) of `bytes`. Pure.
+[[nodiscard]] std::string base64_encode(std::string_view bytes);
+
+/// The bytes of standard base64 `text` (padding optional, no whitespace); nullopt when `text` is
+/// not base64. Pure.
+[[nodiscard]] std::optional<std::string> base64_decode(std::string_view text);
 
 /// ASCII lower-case copy (header names, hosts, method names); other bytes unchanged. Pure.
 [[nodiscard]] std::string ascii_lower(std::string_view s);

@@ -19,7 +19,7 @@
 #include "cache/mapped_file.h"
 #include "format/name_index.h"
 #include "net/http_client.h"
-#include "store/s3.h"
+#include "store/url_signer.h"
 #include "tensorfetch/checkpoint.hpp"
 
 namespace tensorfetch {
@@ -212,9 +212,9 @@ struct __attribute__((visibility("hidden"))) Checkpoint::Impl {
   mutable std::shared_mutex blob_mutex;
   std::string index_text;                        // the index as received
   std::string token, token_authority, endpoint;  // resolved auth and endpoint
-  // S3: signs each file's plain URL (CheckpointFile::url, no query) into a presigned one for
-  // every request, valid `presign_seconds`; null for other locations.
-  std::shared_ptr<const detail::S3Signer> s3;
+  // An object store (S3, Azure): signs each file's plain URL (CheckpointFile::url, no query)
+  // into a presigned one for every request, valid `presign_seconds`; null for other locations.
+  std::shared_ptr<const detail::UrlSigner> signer;
   std::int64_t presign_seconds = 3600;
   std::string cache_root;                        // tensorfetch cache
   detail::Sharing cache_sharing = detail::Sharing::Private;  // who may write it

@@ -172,10 +172,10 @@ Result<FetchJob> make_job(Checkpoint::Impl& impl, std::vector<std::vector<ByteRa
       f.url = rf.range_url.empty() ? impl.files[i].info.url : rf.range_url;
     }
     f.resolve_url = f.url == rf.resolve_url ? std::string() : rf.resolve_url;
-    if (impl.s3 && !impl.offline) {
+    if (impl.signer && !impl.offline) {
       // Signed afresh for every fetch (the chain refreshes temporary credentials); valid for
       // `presign_seconds`. Nothing to resolve again: a 403 is the store's answer.
-      auto signed_url = impl.s3->presign(impl.files[i].info.url, detail::unix_now(), impl.presign_seconds);
+      auto signed_url = impl.signer->presign(impl.files[i].info.url, detail::unix_now(), impl.presign_seconds);
       if (!signed_url) return fail(signed_url.error().with_context(impl.location));
       f.url = std::move(*signed_url);
       f.resolve_url.clear();
@@ -251,7 +251,7 @@ Result<FetchStats> run_fetch(Checkpoint::Impl& impl, std::vector<std::vector<Byt
     std::unique_lock lock(impl.blob_mutex);
     for (const auto& f : job->files) impl.files[f.index].remote.range_url = f.url;
   }
-  if (!report && impl.s3) {
+  if (!report && impl.signer) {
     Error e = report.error().with_context(impl.location);
     e.message = detail::redact_signed_urls(e.message);  // no signature or session token in messages
     return fail(e);
@@ -500,7 +500,7 @@ Result<std::vector<PlannedTransfer>> Checkpoint::plan(std::span<const Selection>
   std::vector<PlannedTransfer> out;
   if (auto r = check_selection(*impl_, selection); !r) return fail(r.error());
   if (!impl_->remote) return out;
-  const std::int64_t signed_at = detail::unix_now();  // (make_job signs S3 URLs now)
+  const std::int64_t signed_at = detail::unix_now();  // (make_job signs a store's URLs now)
   auto job = make_job(*impl_, wanted_ranges(*impl_, selection), options);
   if (!job) return fail(job.error());
   auto chunks = detail::plan_chunks(job->files, job->settings);
@@ -508,7 +508,7 @@ Result<std::vector<PlannedTransfer>> Checkpoint::plan(std::span<const Selection>
   for (const auto& c : *chunks) {
     const auto& f = job->files[c.file];
     const bool token = !impl_->token.empty() && detail::url_authority(f.url) == impl_->token_authority;
-    const std::int64_t expires = impl_->s3 && !impl_->s3->endpoint().anonymous ? signed_at + impl_->presign_seconds : 0;
+    const std::int64_t expires = impl_->signer ? impl_->signer->expires_at(signed_at, impl_->presign_seconds) : 0;
     out.push_back(PlannedTransfer{f.index, f.url, c.range, f.if_match, token, expires});
   }
   return out;

@@ -28,6 +28,7 @@
 #include "hub/location.h"
 #include "net/http_client.h"
 #include "net/url.h"
+#include "store/azure.h"
 #include "store/s3.h"
 
 namespace tensorfetch {
@@ -109,6 +110,9 @@ struct Remote {
   // S3: the bucket and key or prefix, and the signer every request's URL goes through.
   detail::S3Location s3_location;
   std::shared_ptr<detail::S3Signer> s3;
+  // Azure: the account, container and blob or prefix, and its signer (a SAS for every request).
+  detail::AzureLocation azure_location;
+  std::shared_ptr<detail::AzureSigner> azure;
   // The region an S3 answer said the bucket is in (a request sent to or signed for another):
   // the open asks again there, once.
   mutable std::string s3_region_hint;
@@ -116,13 +120,19 @@ struct Remote {
   Remote(Checkpoint::Impl& into, const OpenOptions& open_options, detail::Location where)
       : impl(into), options(open_options), client(open_client(open_options)), location(std::move(where)) {}
 
+  // The object store's signer (S3 or Azure), null for other locations.
+  std::shared_ptr<const detail::UrlSigner> signer() const {
+    if (s3) return s3;
+    return azure;
+  }
+
   HttpRequest request(std::string url, std::optional<ByteRange> range, std::uint64_t max_body) const {
     HttpRequest r;
     r.url = std::move(url);
-    if (s3) {
+    if (auto store = signer()) {
       // Checked when the open began (resolve_s3): credentials were found then, and the chain
       // keeps them. Should they be gone now, the unsigned request's 403 says so.
-      if (auto signed_url = s3->presign(r.url, detail::unix_now(), options.s3_presign_seconds)) r.url = *signed_url;
+      if (auto signed_url = store->presign(r.url, detail::unix_now(), options.s3_presign_seconds)) r.url = *signed_url;
     }
     r.range = range;
     r.max_body = max_body;
@@ -146,6 +156,11 @@ struct Remote {
       return detail::s3_error(reply,
                               what.starts_with("s3://") ? what : s3_text(what),
                               s3->credentials_source(detail::unix_now()));
+    }
+    if (azure) {
+      const detail::AzureReply reply{r.status, r.body, header_or(r.headers, "x-ms-error-code")};
+      return detail::azure_error(reply, what.starts_with("az://") ? what : azure_text(what),
+                                 azure->credentials_source(detail::unix_now()));
     }
     const std::string first_url = r.redirects.empty() ? r.url : r.redirects.front().url;
     if ((r.status == 400 || r.status == 403 || r.status == 416) && !r.redirects.empty() &&
@@ -237,8 +252,8 @@ struct Remote {
     if (!etag.empty()) state.range_etag = etag;
     if (!linked.empty() || !etag.empty()) file.etag = linked.empty() ? etag : linked;
     file.url = r.url;
-    if (s3) {
-      // The object's plain URL (no signature, no session token): the blob's identity, what
+    if (signer()) {
+      // The object's plain URL (no signature, no session token, no SAS): the blob's identity, what
       // snapshots record and messages name. Every request signs it afresh.
       file.url = detail::without_query(r.url);
       state.resolve_url = file.url;
@@ -589,31 +604,14 @@ struct Remote {
     return "s3://" + s3_location.bucket + "/" + key;
   }
 
-  // Step 2 for S3, a prefix: ListObjectsV2 (delimiter '/', every page); the checkpoint is the
-  // index there (model.safetensors.index.json first, else the only index), else
-  // model.safetensors, else the only .safetensors file, else every .safetensors file listed.
-  Result<std::vector<std::string>> list_s3_prefix() {
-    std::vector<detail::S3Object> objects;
-    std::string continuation;
-    const std::string where = "s3://" + s3_location.bucket + "/" + s3_location.key;
-    for (int page = 0;; ++page) {
-      if (page == 10'000) return fail(ErrorCode::BadResponse, where + ": more than 10000 pages of listing");
-      const std::string url = detail::s3_list_url(s3->endpoint(), s3_location.bucket, s3_location.key, continuation);
-      std::vector<HttpRequest> reqs{request(url, std::nullopt, 64 << 20)};
-      auto results = client.perform(reqs);
-      if (!results[0]) return fail(results[0].error().with_context(where + " (listing)"));
-      const HttpResponse& r = *results[0];
-      if (r.status != 200) return fail(response_error(r, where + " (listing)"));
-      auto listed = detail::parse_list_objects_v2(r.body);
-      if (!listed) return fail(listed.error().with_context(where));
-      for (auto& o : listed->objects) objects.push_back(std::move(o));
-      if (!listed->truncated) break;
-      continuation = listed->continuation;
-    }
+  // A store's "directory" (`where`, for messages): of the `names` listed directly under it (of
+  // `listed` objects in all), the checkpoint is the index there (model.safetensors.index.json
+  // first, else the only index), else model.safetensors, else the only .safetensors file, else
+  // every .safetensors file listed.
+  static Result<std::vector<std::string>> pick_listed(const std::string& where, const std::vector<std::string>& listed_names,
+                                                      std::size_t listed) {
     std::vector<std::string> names, indexes;
-    for (const auto& o : objects) {
-      if (!o.key.starts_with(s3_location.key)) continue;
-      const std::string name = o.key.substr(s3_location.key.size());
+    for (const auto& name : listed_names) {
       if (name.empty() || name.find('/') != std::string::npos) continue;
       if (!detail::is_index_path(name) && !name.ends_with(".safetensors")) continue;
       // A listed name becomes a file name (download -o DIR): the rules of an index's shard names.
@@ -632,10 +630,83 @@ struct Remote {
     if (has(names, "model.safetensors")) return std::vector<std::string>{"model.safetensors"};
     if (names.empty()) {
       return fail(ErrorCode::RemoteNotFound, where + ": no .safetensors file or index under this prefix (" +
-                                                 std::to_string(objects.size()) + " objects listed)");
+                                                 std::to_string(listed) + " objects listed)");
     }
     std::sort(names.begin(), names.end());
     return names;
+  }
+
+  // One page of a listing: its answer, asked at the plain URL `url` (signed here).
+  Result<HttpResponse> list_page(const std::string& url, const std::string& where) {
+    std::vector<HttpRequest> reqs{request(url, std::nullopt, 64 << 20)};
+    auto results = client.perform(reqs);
+    if (!results[0]) return fail(results[0].error().with_context(where + " (listing)"));
+    if (results[0]->status != 200) return fail(response_error(*results[0], where + " (listing)"));
+    return std::move(*results[0]);
+  }
+
+  // Step 2 for S3, a prefix: ListObjectsV2 (delimiter '/', every page), then `pick_listed`.
+  Result<std::vector<std::string>> list_s3_prefix() {
+    std::vector<std::string> names;
+    std::size_t listed = 0;
+    std::string continuation;
+    const std::string where = "s3://" + s3_location.bucket + "/" + s3_location.key;
+    for (int page = 0;; ++page) {
+      if (page == 10'000) return fail(ErrorCode::BadResponse, where + ": more than 10000 pages of listing");
+      auto r = list_page(detail::s3_list_url(s3->endpoint(), s3_location.bucket, s3_location.key, continuation), where);
+      if (!r) return fail(r.error());
+      auto parsed = detail::parse_list_objects_v2(r->body);
+      if (!parsed) return fail(parsed.error().with_context(where));
+      listed += parsed->objects.size();
+      for (const auto& o : parsed->objects) {
+        if (o.key.starts_with(s3_location.key)) names.push_back(o.key.substr(s3_location.key.size()));
+      }
+      if (!parsed->truncated) break;
+      continuation = parsed->continuation;
+    }
+    return pick_listed(where, names, listed);
+  }
+
+  // Step 2 for Azure, a prefix: List Blobs (delimiter '/', every page, NextMarker), then
+  // `pick_listed`.
+  Result<std::vector<std::string>> list_azure_prefix() {
+    std::vector<std::string> names;
+    std::size_t listed = 0;
+    std::string marker;
+    const std::string where = azure_location.text();
+    const auto& setup = azure->setup();
+    for (int page = 0;; ++page) {
+      if (page == 10'000) return fail(ErrorCode::BadResponse, where + ": more than 10000 pages of listing");
+      auto r = list_page(detail::azure_list_url(setup.endpoint, azure_location.container, azure_location.blob, marker), where);
+      if (!r) return fail(r.error());
+      auto parsed = detail::parse_list_blobs(r->body);
+      if (!parsed) return fail(parsed.error().with_context(where));
+      listed += parsed->blobs.size();
+      for (const auto& b : parsed->blobs) {
+        if (b.name.starts_with(azure_location.blob)) names.push_back(b.name.substr(azure_location.blob.size()));
+      }
+      if (parsed->next_marker.empty()) break;
+      if (parsed->next_marker == marker) return fail(ErrorCode::BadResponse, where + ": the listing's NextMarker repeats");
+      marker = parsed->next_marker;
+    }
+    return pick_listed(where, names, listed);
+  }
+
+  // Step 2 for a store: `names` (files under the "directory" `url_of("")`): an index is read
+  // now (its shards are added beside it); files are added.
+  Result<void> open_store_files(const std::vector<std::string>& names,
+                                const std::function<std::string(const std::string&)>& url_of) {
+    if (names.size() == 1 && detail::is_index_path(names[0])) {
+      const std::string url = url_of(names[0]);
+      std::vector<HttpRequest> reqs{request(url, std::nullopt, kMaxIndexSize)};
+      auto results = client.perform(reqs);
+      if (!results[0]) return fail(results[0].error().with_context(names[0]));
+      const HttpResponse& r = *results[0];
+      if (r.status != 200) return fail(response_error(r, names[0]));
+      return use_index(r.body, names[0], [&](const std::string& shard) { return detail::sibling_url(url, shard); });
+    }
+    for (const auto& name : names) add_file(name, url_of(name));
+    return {};
   }
 
   // Step 2 for S3: an object (an index is read now; a file is added) or a prefix (listed).
@@ -651,22 +722,42 @@ struct Remote {
     }
     const std::string dir = s3_location.is_prefix() ? s3_location.key
                                                     : s3_location.key.substr(0, s3_location.key.rfind('/') + 1);
-    if (names.size() == 1 && detail::is_index_path(names[0])) {
-      const std::string url = detail::s3_object_url(s3->endpoint(), s3_location.bucket, dir + names[0]);
-      std::vector<HttpRequest> reqs{request(url, std::nullopt, kMaxIndexSize)};
-      auto results = client.perform(reqs);
-      if (!results[0]) return fail(results[0].error().with_context(names[0]));
-      const HttpResponse& r = *results[0];
-      if (r.status != 200) return fail(response_error(r, names[0]));
-      return use_index(r.body, names[0], [&](const std::string& shard) { return detail::sibling_url(url, shard); });
+    return open_store_files(names, [&](const std::string& name) {
+      return detail::s3_object_url(s3->endpoint(), s3_location.bucket, dir + name);
+    });
+  }
+
+  // Step 2 for Azure: a blob (an index is read now; a file is added) or a prefix (listed).
+  Result<void> open_azure() {
+    const std::string& blob = azure_location.blob;
+    std::vector<std::string> names;
+    if (azure_location.is_prefix()) {
+      auto listed = list_azure_prefix();
+      if (!listed) return fail(listed.error());
+      names = std::move(*listed);
+    } else {
+      const auto slash = blob.rfind('/');
+      names.push_back(slash == std::string::npos ? blob : blob.substr(slash + 1));
     }
-    for (const auto& name : names) add_file(name, detail::s3_object_url(s3->endpoint(), s3_location.bucket, dir + name));
-    return {};
+    const std::string dir = azure_location.is_prefix() ? blob : blob.substr(0, blob.rfind('/') + 1);
+    return open_store_files(names, [&](const std::string& name) {
+      return detail::azure_blob_url(azure->setup().endpoint, azure_location.container, dir + name);
+    });
+  }
+
+  // `az://ACCOUNT/CONTAINER/BLOB` of a file of this checkpoint (or of `what`, a blob name's last
+  // part), for messages.
+  std::string azure_text(const std::string& what) const {
+    std::string blob = azure_location.blob;
+    if (!azure_location.is_prefix()) blob = blob.substr(0, blob.rfind('/') + 1);
+    if (what.find('/') == std::string::npos && !what.empty() && what.find(' ') == std::string::npos) blob += what;
+    return "az://" + azure_location.account + "/" + azure_location.container + "/" + blob;
   }
 
   // Step 2: what the location names, read in the fewest round trips (see the top of this file).
   Result<void> open_location() {
     if (location.kind == detail::LocationKind::S3) return open_s3();
+    if (location.kind == detail::LocationKind::Azure) return open_azure();
     return location.kind == detail::LocationKind::Http ? open_url() : open_hub();
   }
 
@@ -677,6 +768,11 @@ struct Remote {
       // The store, bucket and key (or prefix): the same manifest whatever the credentials.
       return detail::sha256_hex("s3\n" + (s3 ? s3->endpoint().endpoint : std::string()) + "\n" + s3_location.bucket +
                                 "\n" + s3_location.key);
+    }
+    if (location.kind == detail::LocationKind::Azure) {
+      // The endpoint, account, container and blob (or prefix): the same whatever the credentials.
+      return detail::sha256_hex("az\n" + (azure ? azure->setup().endpoint : std::string()) + "\n" +
+                                azure_location.account + "\n" + azure_location.container + "\n" + azure_location.blob);
     }
     return detail::sha256_hex("hub\n" + endpoint + "\n" + (location.hub.dataset ? "datasets/" : "") +
                               location.hub.repo_id + "\n" + revision + "\n" + location.hub.path.value_or(""));
@@ -709,7 +805,7 @@ Result<void> resolve_location(Remote& remote, const detail::HubEnvironment& hf) 
     remote.token_source = hf.token->source;
   }
   remote.token_authority = detail::url_authority(remote.endpoint);
-  if (remote.location.kind == detail::LocationKind::S3) {
+  if (remote.location.kind == detail::LocationKind::S3 || remote.location.kind == detail::LocationKind::Azure) {
     remote.token.clear();  // a Hugging Face token never goes to an object store
     remote.token_authority.clear();
     remote.token_source.clear();
@@ -732,6 +828,19 @@ Result<void> resolve_s3(Remote& remote) {
   if (!endpoint) return fail(endpoint.error());
   remote.s3 = std::make_shared<detail::S3Signer>(
       std::move(*endpoint), options.s3_no_sign_request ? nullptr : detail::default_credential_chain(env));
+  return {};
+}
+
+// Step 1 for Azure: the account, container and blob, the endpoint and the credentials
+// (environment, a SAS URL; none looked for with --no-sign-request).
+Result<void> resolve_azure(Remote& remote) {
+  auto where = detail::parse_azure_location(remote.location.url);
+  if (!where) return fail(where.error());
+  remote.azure_location = std::move(*where);
+  auto setup = detail::resolve_azure(detail::process_environment(), remote.azure_location,
+                                     remote.options.s3_no_sign_request);
+  if (!setup) return fail(setup.error().with_context(remote.azure_location.text()));
+  remote.azure = std::make_shared<detail::AzureSigner>(std::move(*setup));
   return {};
 }
 
@@ -763,7 +872,7 @@ void record_settings(Checkpoint::Impl& impl, const Remote& remote, const detail:
   impl.max_connections = std::max<std::size_t>(1, options.max_connections);
   impl.max_rate = options.max_rate;
   impl.endpoint = remote.endpoint;
-  impl.s3 = remote.s3;
+  impl.signer = remote.signer();
   impl.presign_seconds = options.s3_presign_seconds;
   impl.token = remote.token;
   impl.token_authority = remote.token_authority;
@@ -869,8 +978,8 @@ Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl)
   if (!impl.remote || impl.hub || impl.offline) return std::optional<std::string>{};
   std::lock_guard lock(impl.url_config_mutex);  // one request, also for concurrent callers
   if (impl.url_config) return *impl.url_config;
-  // Beside the location; for S3 beside its first file (a location `s3://...` is no URL).
-  const std::string url = detail::sibling_url(impl.s3 && !impl.files.empty() ? impl.files[0].info.url : impl.location,
+  // Beside the location; for a store beside its first file (a location `s3://...` is no URL).
+  const std::string url = detail::sibling_url(impl.signer && !impl.files.empty() ? impl.files[0].info.url : impl.location,
                                               "config.json");
   // On the open's client, whose idle connection to that host saves a TCP and TLS handshake;
   // with the checkpoint's settings (not the open's cancel token). Nothing else uses it now.
@@ -879,8 +988,8 @@ Result<std::optional<std::string>> url_config_json(const Checkpoint::Impl& impl)
   if (client == nullptr || !client->reconfigure(impl.http)) client = &own.emplace(impl.http);
   HttpRequest r;
   r.url = url;
-  if (impl.s3) {
-    auto signed_url = impl.s3->presign(url, detail::unix_now(), impl.presign_seconds);
+  if (impl.signer) {
+    auto signed_url = impl.signer->presign(url, detail::unix_now(), impl.presign_seconds);
     if (!signed_url) return fail(signed_url.error());
     r.url = *signed_url;
   }
@@ -916,6 +1025,9 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
   if (auto r = resolve_location(remote, *hf); !r) return r;
   if (remote.location.kind == detail::LocationKind::S3) {
     if (auto r = resolve_s3(remote); !r) return r;
+  }
+  if (remote.location.kind == detail::LocationKind::Azure) {
+    if (auto r = resolve_azure(remote); !r) return r;
   }
   record_settings(impl, remote, *hf);
   // Step 5: a later open at the commit these files were read at finds what a fetch records.
@@ -963,7 +1075,7 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     // S3 said the bucket is in another region (the configured one, or us-east-1 by default, was
     // wrong): everything is asked again there, once.
     remote.s3 = remote.s3->in_region(remote.s3_region_hint);
-    impl.s3 = remote.s3;
+    impl.signer = remote.s3;
     impl.files.clear();
     impl.index.reset();
     impl.index_name.clear();
@@ -973,8 +1085,8 @@ Result<void> open_remote(Checkpoint::Impl& impl, std::string_view location_text,
     opened = read();
   }
   impl.requests = remote.client.stats().requests;
-  if (!opened && remote.s3) {
-    // No presigned URL (signature, session token) in a message.
+  if (!opened && remote.signer()) {
+    // No presigned URL (signature, session token, SAS) in a message.
     Error e = opened.error();
     if (!e.message.starts_with(std::string(location_text) + ":")) e = e.with_context(std::string(location_text));
     e.message = detail::redact_signed_urls(e.message);

@@ -133,6 +133,14 @@ Result<void> check_revision(std::string_view rev) {
 }
 
 LocationKind classify_location(std::string_view location) noexcept {
+  if (location.starts_with("az://")) return LocationKind::Azure;
+  if (location.starts_with("https://")) {
+    // Azure Blob Storage's own hosts: ACCOUNT.blob.core.windows.net.
+    constexpr std::string_view kBlobHost = ".blob.core.windows.net";
+    const std::string_view rest = location.substr(8);
+    const std::string_view host = rest.substr(0, rest.find_first_of("/?#"));
+    if (host.size() > kBlobHost.size() && host.ends_with(kBlobHost)) return LocationKind::Azure;
+  }
   if (location.starts_with("http://") || location.starts_with("https://")) return LocationKind::Http;
   if (location.starts_with("hf://")) return LocationKind::Hub;
   if (location.starts_with("s3://")) return LocationKind::S3;
@@ -158,7 +166,8 @@ Result<Location> parse_location(std::string_view text, bool local_exists) {
       return loc;
     }
     case LocationKind::S3:
-      loc.kind = LocationKind::S3;
+    case LocationKind::Azure:
+      loc.kind = classify_location(text);
       loc.url = std::string(text);
       return loc;
     case LocationKind::Local:

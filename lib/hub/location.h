@@ -18,6 +18,9 @@ enum class LocationKind {
   Http,   ///< http:// or https:// URL of a .safetensors file or an index
   Hub,    ///< a Hugging Face Hub repo: hf://ORG/NAME[@REV][/PATH] or a bare ORG/NAME
   S3,     ///< s3://BUCKET/KEY or s3://BUCKET/PREFIX/ (parsed by the store layer: store/s3.h)
+  /// az://ACCOUNT/CONTAINER/PATH or https://ACCOUNT.blob.core.windows.net/CONTAINER/PATH
+  /// (parsed by the store layer: store/azure.h)
+  Azure,
 };
 
 /// A Hub repo and what in it.
@@ -33,7 +36,7 @@ struct Location {
   LocationKind kind = LocationKind::Local;
   std::string text;  ///< as given
   std::string path;  ///< Local: the path
-  std::string url;   ///< Http: the URL; S3: the location as given
+  std::string url;   ///< Http: the URL; S3, Azure: the location as given
   HubRef hub;        ///< Hub: the repo
 };
 

@@ -487,6 +487,19 @@ Result<void> check_request(const HttpRequest& r) {
       return fail(ok.error().code, quote_url(r.url) + ": " + ok.error().message);
     }
   }
+  if (r.method != "GET" && !(r.method == "PUT" && r.max_redirects == 0 && !r.sink)) {
+    return fail(ErrorCode::InvalidArgument, quote_url(r.url) + ": method " + quote_name(r.method) +
+                                                " (only GET, and PUT without redirects or a sink)");
+  }
+  for (const auto& [name, value] : r.headers) {
+    const bool token = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+    });
+    if (!token) return fail(ErrorCode::InvalidArgument, quote_url(r.url) + ": header name " + quote_name(name));
+    if (auto ok = check_header_value(value, "the header " + name); !ok) {
+      return fail(ok.error().code, quote_url(r.url) + ": " + ok.error().message);
+    }
+  }
   return {};
 }
 
@@ -594,6 +607,12 @@ struct HttpClient::Impl {
       curl_easy_setopt(e, CURLOPT_BUFFERSIZE, buffer);
     }
     if (req.if_match) h = curl_slist_append(h, ("If-Match: " + *req.if_match).c_str());
+    for (const auto& [name, value] : req.headers) h = curl_slist_append(h, (name + ": " + value).c_str());
+    if (req.method == "PUT") {
+      curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
+      curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
+      curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
+    }
     if (!req.bearer_token.empty() && !req.token_authority.empty() &&
         url_authority(t.url) == req.token_authority) {
       h = curl_slist_append(h, ("Authorization: Bearer " + req.bearer_token).c_str());

@@ -135,6 +135,12 @@ struct HttpRequest {
   /// resource holds) is retried from `url`, resolving the redirect again, instead of from the
   /// redirect's target (a signed URL may have expired or been refused).
   bool restart_after_redirect_fault = false;
+  /// `GET`, or `PUT` sent with an empty body (the EC2 metadata service's token request; no
+  /// redirect is followed for it: `max_redirects` must be 0).
+  std::string method = "GET";
+  /// More request headers, as (name, value): names of letters, digits and `-`, values without
+  /// control characters (`check_header_value`); never logged.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 /// A redirect hop: the 3xx response and where it pointed.

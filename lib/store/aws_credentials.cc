@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "base/text.h"
+#include "store/aws_metadata.h"
 #include "store/web_identity.h"
 
 namespace tensorfetch::detail {
@@ -217,6 +218,8 @@ std::shared_ptr<CredentialChain> default_credential_chain(const EnvLookup& env) 
   providers.push_back(environment_credentials(env));
   providers.push_back(web_identity_credentials(env));
   providers.push_back(profile_credentials(AwsSharedFiles::from(env)));
+  providers.push_back(container_credentials(env));
+  providers.push_back(instance_metadata_credentials(env));
   return std::make_shared<CredentialChain>(std::move(providers));
 }
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Private: AWS credentials found as the AWS SDKs find them. Each source is a small provider with
 // one job; a chain asks them in the SDKs' order and keeps what the first one with credentials
-// gave until shortly before it expires (aws-c-auth's design). Sources so far, in this order: the
+// gave until shortly before it expires (aws-c-auth's design). Sources, in this order: the
 // environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), web identity
-// (web_identity.h: STS AssumeRoleWithWebIdentity) and the shared files (AWS_PROFILE,
+// (web_identity.h: STS AssumeRoleWithWebIdentity), the shared files (AWS_PROFILE,
 // AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE; `[NAME]` in the credentials file, `[profile
-// NAME]` or `[default]` in the config file). Not yet: container credentials and EC2 instance
-// metadata. Secrets never appear in an error.
+// NAME]` or `[default]` in the config file), container credentials and EC2 instance metadata
+// (aws_metadata.h). Secrets never appear in an error.
 #pragma once
 
 #include <cstdint>
@@ -82,7 +82,8 @@ class CredentialChain {
   std::optional<AwsCredentials> cached_;
 };
 
-/// The SDKs' chain, as far as implemented: environment, web identity, the shared files.
+/// The SDKs' chain: environment, web identity, the shared files, container credentials, EC2
+/// instance metadata (IMDSv2).
 [[nodiscard]] std::shared_ptr<CredentialChain> default_credential_chain(const EnvLookup& env);
 
 }  // namespace tensorfetch::detail

@@ -23,6 +23,7 @@
 
 #include "base/env.h"
 #include "store/aws_credentials.h"
+#include "store/url_signer.h"
 #include "tensorfetch/error.hpp"
 
 namespace tensorfetch::detail {
@@ -76,7 +77,7 @@ struct S3Options {
                                       std::string_view continuation);
 
 /// Signs plain S3 URLs into presigned ones. Thread-safe (the chain is).
-class S3Signer {
+class S3Signer final : public UrlSigner {
  public:
   /// Signs for `endpoint` with credentials from `chain` (null or `endpoint.anonymous`: unsigned).
   S3Signer(S3Endpoint endpoint, std::shared_ptr<CredentialChain> chain);
@@ -84,10 +85,15 @@ class S3Signer {
   /// `url` (an http(s) URL, its query decoded into parameters) presigned at `now` for
   /// `expires_seconds`; unchanged when anonymous. Fails only when no credentials are found.
   [[nodiscard]] Result<std::string> presign(std::string_view url, std::int64_t now,
-                                            std::int64_t expires_seconds = 3600) const;
+                                            std::int64_t expires_seconds) const override;
 
   /// "the access key AKID... from SOURCE" ("" when none were found, or anonymous), for messages.
-  [[nodiscard]] std::string credentials_source(std::int64_t now) const;
+  [[nodiscard]] std::string credentials_source(std::int64_t now) const override;
+
+  /// `now + expires_seconds`, or 0 when anonymous (an unsigned URL does not expire).
+  [[nodiscard]] std::int64_t expires_at(std::int64_t now, std::int64_t expires_seconds) const override {
+    return endpoint_.anonymous || !chain_ ? 0 : now + expires_seconds;
+  }
 
   /// The endpoint settings.
   [[nodiscard]] const S3Endpoint& endpoint() const noexcept { return endpoint_; }
@@ -152,16 +158,5 @@ struct S3Reply {
 /// AuthorizationQueryParametersError, with `x-amz-bucket-region` or `<Region>`); else "". Only a
 /// plain region name is returned. Pure.
 [[nodiscard]] std::string s3_region_hint(const S3Reply& reply);
-
-/// Seconds since the epoch now (the signer's clock).
-[[nodiscard]] std::int64_t unix_now();
-
-/// `url` without its query and fragment. Pure.
-[[nodiscard]] std::string without_query(std::string_view url);
-
-/// `text` with the query of every presigned URL in it removed (from the `?` before an
-/// `X-Amz-` parameter to the end of the URL), so that no session token or signature reaches a
-/// message. Pure.
-[[nodiscard]] std::string redact_signed_urls(std::string_view text);
 
 }  // namespace tensorfetch::detail

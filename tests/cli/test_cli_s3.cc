@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cli_util.hpp"
+#include "store_tree.hpp"
 #include "support/process.hpp"
 
 using namespace clitest;
@@ -85,37 +86,6 @@ class S3Server {
   int port_ = 0;
 };
 
-// A checkpoint of `n` U8 tensors of `size` bytes each, named layers.I.weight.
-std::string checkpoint(int first, int n, std::size_t size, std::uint32_t seed) {
-  json header = json::object();
-  std::string data;
-  for (int i = first; i < first + n; ++i) {
-    header["layers." + std::to_string(i) + ".weight"] = {
-        {"dtype", "U8"}, {"shape", {size}}, {"data_offsets", {data.size(), data.size() + size}}};
-    data += tftest::pattern_bytes(size, seed + static_cast<std::uint32_t>(i));
-  }
-  return make_safetensors(header.dump(), data);
-}
-
-// Writes the test bucket's tree: single/model.safetensors; sharded/ (an index and two shards);
-// loose/ (two .safetensors files, no index); empty/ (no checkpoint).
-void make_tree(const fs::path& root) {
-  tftest::write_file(root / "single/model.safetensors", checkpoint(0, 4, 300'000, 1));
-  tftest::write_file(root / "sharded/model-00001-of-00002.safetensors", checkpoint(0, 2, 200'000, 2));
-  tftest::write_file(root / "sharded/model-00002-of-00002.safetensors", checkpoint(2, 2, 200'000, 2));
-  json index = {{"metadata", {{"total_size", 800'000}}},
-                {"weight_map",
-                 {{"layers.0.weight", "model-00001-of-00002.safetensors"},
-                  {"layers.1.weight", "model-00001-of-00002.safetensors"},
-                  {"layers.2.weight", "model-00002-of-00002.safetensors"},
-                  {"layers.3.weight", "model-00002-of-00002.safetensors"}}}};
-  tftest::write_file(root / "sharded/model.safetensors.index.json", index.dump());
-  tftest::write_file(root / "loose/part-a.safetensors", checkpoint(0, 1, 1000, 3));
-  tftest::write_file(root / "loose/part-b.safetensors", checkpoint(1, 1, 1000, 3));
-  tftest::write_file(root / "loose/notes.txt", "not a checkpoint");
-  tftest::write_file(root / "empty/readme.md", "nothing here");
-}
-
 // Credentials with a session token, a fresh cache, the endpoint by environment; nothing of the
 // test machine's own AWS setup.
 struct S3Env {
@@ -130,14 +100,18 @@ struct S3Env {
     env.set("AWS_ENDPOINT_URL", std::nullopt);
     env.set("AWS_SHARED_CREDENTIALS_FILE", (cache.parent_path() / "no-credentials").string());
     env.set("AWS_CONFIG_FILE", (cache.parent_path() / "no-config").string());
+    // No container or instance metadata credentials (the test machine may be an EC2 instance).
+    env.set("AWS_EC2_METADATA_DISABLED", "true");
+    env.set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", std::nullopt);
+    env.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", std::nullopt);
     env.set("TENSORFETCH_CACHE", cache.string());
   }
 };
 
-// The tree of make_tree, written under `tmp`, as the upload of bucket `models` and of each bucket
+// The tree of make_store_tree, written under `tmp`, as the upload of bucket `models` and of each bucket
 // of `more` (the same tree).
 std::vector<std::string> test_buckets(const TempDir& tmp, const std::vector<std::string>& more = {}) {
-  make_tree(tmp / "tree");
+  make_store_tree(tmp / "tree");
   std::vector<std::string> uploads{"models=" + (tmp / "tree").string()};
   for (const auto& b : more) uploads.push_back(b + "=" + (tmp / "tree").string());
   return uploads;
@@ -306,7 +280,7 @@ TEST_CASE("s3: a listing of many pages follows NextContinuationToken") {
   if (!s3_available()) return;
   TempDir tmp("tf-s3-pages");
   for (int i = 0; i < 5; ++i) {
-    tftest::write_file(tmp / "tree/many" / ("part-" + std::to_string(i) + ".safetensors"), checkpoint(i, 1, 64, 9));
+    tftest::write_file(tmp / "tree/many" / ("part-" + std::to_string(i) + ".safetensors"), store_checkpoint(i, 1, 64, 9));
   }
   S3Server s3({"pages=" + (tmp / "tree").string()}, {"--max-keys", "2"});
   S3Env env(tmp / "cache", s3.endpoint());
@@ -453,6 +427,74 @@ TEST_CASE("s3: credentials from a web identity: the token exchanged at STS (a lo
   CHECK(r.err.find("eyJ-web-identity-token") == std::string::npos);
   sts.stop();
   sts_thread.join();
+}
+
+TEST_CASE("s3: credentials from container credentials and from EC2 instance metadata (IMDSv2) at local endpoints; every request signed with them") {
+  if (!s3_available()) return;
+  S3World world;
+  const S3Server& s3 = world.s3;
+  std::mutex mutex;
+  std::vector<std::string> asked;  // "METHOD PATH" of every metadata request
+  const std::string credentials = std::string(R"({"Code":"Success","AccessKeyId":")") + kKeyId +
+                                  R"(","SecretAccessKey":")" + kSecret + R"(","Token":")" + kToken +
+                                  R"(","Expiration":"2099-01-01T00:00:00Z"})";
+  httplib::Server meta;
+  meta.Get("/creds", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("GET /creds " + req.get_header_value("Authorization"));
+    res.set_content(credentials, "application/json");
+  });
+  meta.Put("/latest/api/token", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("PUT /latest/api/token " + req.get_header_value("X-aws-ec2-metadata-token-ttl-seconds"));
+    res.set_content("imds-token", "text/plain");
+  });
+  meta.Get(R"(/latest/meta-data/iam/security-credentials/(.*))", [&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex);
+    asked.push_back("GET " + req.path + " " + req.get_header_value("X-aws-ec2-metadata-token"));
+    if (req.get_header_value("X-aws-ec2-metadata-token") != "imds-token") {
+      res.status = 401;
+      return;
+    }
+    res.set_content(req.matches[1].str().empty() ? std::string("reader-role") : credentials, "text/plain");
+  });
+  const int port = meta.bind_to_any_port("127.0.0.1");
+  std::thread meta_thread([&] { meta.listen_after_bind(); });
+  tftest::ScopedEnv scoped;
+  scoped.unset("AWS_ACCESS_KEY_ID");
+  scoped.unset("AWS_SECRET_ACCESS_KEY");
+  scoped.unset("AWS_SESSION_TOKEN");
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+
+  SECTION("container credentials: FULL_URI with the authorization token") {
+    scoped.set("AWS_CONTAINER_CREDENTIALS_FULL_URI", url + "/creds");
+    scoped.set("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-auth-DO-NOT-LEAK");
+    const auto r = run({"inspect", "s3://models/sharded/"});
+    CHECK(r.exit_code == 0);
+    check_no_secrets(r);
+    CHECK(r.err.find("container-auth-DO-NOT-LEAK") == std::string::npos);
+    std::lock_guard lock(mutex);
+    CHECK(asked == std::vector<std::string>{"GET /creds container-auth-DO-NOT-LEAK"});
+  }
+  SECTION("instance metadata: the IMDSv2 token, the role, its credentials") {
+    scoped.set("AWS_EC2_METADATA_DISABLED", std::nullopt);
+    scoped.set("AWS_EC2_METADATA_SERVICE_ENDPOINT", url);
+    const auto r = run({"inspect", "s3://models/sharded/"});
+    CHECK(r.exit_code == 0);
+    check_no_secrets(r);
+    std::lock_guard lock(mutex);
+    CHECK(asked == std::vector<std::string>{"PUT /latest/api/token 21600",
+                                            "GET /latest/meta-data/iam/security-credentials/ imds-token",
+                                            "GET /latest/meta-data/iam/security-credentials/reader-role imds-token"});
+  }
+  const auto reqs = s3.requests();
+  CHECK(reqs.size() == 4);
+  for (const auto& q : reqs) {
+    CHECK(q["access_key"] == kKeyId);
+    CHECK(q["status"].get<int>() < 300);
+  }
+  meta.stop();
+  meta_thread.join();
 }
 
 TEST_CASE("s3: a bucket in another region than the one configured: S3's answer names it, and the open asks again there once") {

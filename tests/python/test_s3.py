@@ -57,9 +57,10 @@ def s3(tmp_path, monkeypatch):
     port = int(ready.read_text().split()[0])
     for k, v in {"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": TOKEN,
                  "AWS_REGION": "us-east-1", "AWS_CONFIG_FILE": str(tmp_path / "none"),
-                 "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}.items():
+                 "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true"}.items():
         monkeypatch.setenv(k, v)
-    for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+    for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+              "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
         monkeypatch.delenv(k, raising=False)
     yield {"endpoint": f"http://127.0.0.1:{port}", "arrays": arrays, "log": log, "cache": tmp_path / "cache"}
     proc.terminate()

@@ -189,8 +189,10 @@ TEST_CASE("credential chain: environment first, then the profile's files; 'none 
   tftest::write_file(dir / "credentials", "[default]\naws_access_key_id = AKDEFAULT\naws_secret_access_key = sd\n"
                                           "[dev]\naws_access_key_id = AKDEV\naws_secret_access_key = s2\naws_session_token = T2\n");
   tftest::write_file(dir / "config", "[profile cfg]\naws_access_key_id = AKCFG\naws_secret_access_key = s3\nregion = x\n");
+  // (no instance metadata: the test machine may be an EC2 instance)
   const std::map<std::string, std::string> files{{"AWS_SHARED_CREDENTIALS_FILE", (dir / "credentials").string()},
-                                                 {"AWS_CONFIG_FILE", (dir / "config").string()}};
+                                                 {"AWS_CONFIG_FILE", (dir / "config").string()},
+                                                 {"AWS_EC2_METADATA_DISABLED", "true"}};
   auto with = [&](std::map<std::string, std::string> extra) {
     extra.insert(files.begin(), files.end());
     return env_of(extra);
@@ -221,7 +223,8 @@ TEST_CASE("credential chain: environment first, then the profile's files; 'none 
   REQUIRE_FALSE(none);
   CHECK(none.error().code == ErrorCode::Unauthorized);
   CHECK_THAT(none.error().message, Catch::Contains("no AWS credentials found") && Catch::Contains("AWS_ACCESS_KEY_ID") &&
-                                       Catch::Contains("profile 'nobody'") && Catch::Contains("--no-sign-request"));
+                                       Catch::Contains("profile 'nobody'") && Catch::Contains("--no-sign-request") &&
+                                       Catch::Contains("container credentials") && Catch::Contains("EC2 instance metadata"));
   auto half = default_credential_chain(with({{"AWS_ACCESS_KEY_ID", "AKENV"}}))->get(0);
   REQUIRE_FALSE(half);
   CHECK_THAT(half.error().message, Catch::Contains("not AWS_SECRET_ACCESS_KEY"));

@@ -61,9 +61,10 @@ void add_open_options(CLI::App& command, OpenOptions& options) {
                      "S3 endpoint for s3:// locations, e.g. http://127.0.0.1:9000 (path-style; default: "
                      "$AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)");
   command.add_flag("--no-sign-request", options.s3_no_sign_request,
-                   "S3: send unsigned requests (a public bucket); no credentials are looked for");
+                   "S3, Azure: send unsigned requests (a public bucket or container); no credentials are looked for");
   command.add_option("--presign-expires", options.s3_presign_seconds,
-                     "S3: seconds the presigned URLs (of requests and of get --plan) stay valid (default 3600, at most 604800)")
+                     "S3, Azure: seconds the presigned URLs and SAS made with an account key (of requests and of "
+                     "get --plan) stay valid (default 3600, at most 604800)")
       ->transform(plain_number(false))
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{604800}));
   command.add_option("--cacert", options.ca_file, "CA bundle for TLS (default: $CURL_CA_BUNDLE or the system's)");

@@ -18,7 +18,8 @@ keyword arguments ``endpoint``, ``token``, ``cacert``, ``window``, ``connections
 adaptive), ``max_connections`` (the adaptive ceiling), ``header_connections``, ``retries``, ``stall_timeout`` (ms), ``min_rate``, ``max_rate``,
 ``cache_dir``, ``offline``, ``shared_cache``, ``hf_hub_cache``, ``warm_connections``,
 ``chunk_size``, ``coalesce_gap``, ``coalesce_overfetch_percent``; for ``s3://`` locations
-``s3_endpoint``, ``no_sign_request`` and ``presign_expires`` (seconds). ``warm_connections=True`` opens
+``s3_endpoint``, ``no_sign_request`` and ``presign_expires`` (seconds), the last two also for
+``az://`` ones. ``warm_connections=True`` opens
 the data connections of an http(s) location while its headers are read, for a fetch right after
 (``load`` and ``download`` set it unless told otherwise). ``max_rate`` caps every fetch of the
 checkpoint at that many bytes per second, all connections together (0 or None: no cap; else at
@@ -729,7 +730,8 @@ def plan(location: Union[str, "os.PathLike[str]"], names: Union[None, str, Itera
     what the cache lacks, coalesced and chunked, as dicts with file, url, offset, length,
     if_match (send it as ``If-Match``; expect ``206`` and exactly that range), send_token
     (the URL is on the endpoint's host: send the token) and expires_at (a presigned ``s3://``
-    URL: valid without credentials until then, seconds since the epoch; else None)."""
+    URL or an ``az://`` URL with a SAS: valid without credentials until then, seconds since the
+    epoch; else None)."""
     with safe_open(location, framework="np", **options) as f:
         return f.plan(names)
 
