@@ -35,53 +35,25 @@ bool azurite_available() {
 }
 
 // azurite plus the logging proxy, on free ports, serving what `uploads` names (CONTAINER=DIR).
-class AzureServer {
+class AzureServer : public StoreFixture {
  public:
   explicit AzureServer(const std::vector<std::string>& uploads, const std::vector<std::string>& extra = {})
-      : dir_("tf-azure") {
-    std::vector<std::string> args{tftest::required_env("TENSORFETCH_SOURCE_DIR") + "/tests/http/azure/azure_fixture.py",
-                                  "--root", (dir_ / "root").string(), "--ready", (dir_ / "ready").string(),
-                                  "--log", log().string(), "--sas-out", (dir_ / "sas").string()};
-    for (const auto& u : uploads) args.insert(args.end(), {"--upload", u});
-    args.insert(args.end(), extra.begin(), extra.end());
-    child_.emplace("/usr/bin/python3", args, tftest::ChildIo{"", (dir_ / "out").string(), (dir_ / "err").string()});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-    while (!fs::exists(dir_ / "ready")) {
-      if (!child_->running() || std::chrono::steady_clock::now() > deadline) {
-        FAIL("the Azure fixture did not start: " << tftest::try_read_file(dir_ / "err").value_or(""));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    port_ = std::stoi(read_file(dir_ / "ready"));
-    sas_ = read_file(dir_ / "sas");
-  }
-  ~AzureServer() {
-    if (child_) child_->signal(SIGTERM);
-    if (child_ && !child_->wait_for(std::chrono::seconds(10))) child_->signal(SIGKILL);
-  }
+      : StoreFixture("Azure", "tests/http/azure/azure_fixture.py", args(uploads, extra), 90),
+        sas_(read_file(dir() / "sas")) {}
 
-  [[nodiscard]] int port() const { return port_; }
   /// The BlobEndpoint of the emulated account.
-  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_) + "/" + kAccount; }
+  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port()) + "/" + kAccount; }
   /// A SAS (read, list) for the container `models`, made by the fixture.
   [[nodiscard]] const std::string& container_sas() const { return sas_; }
-  [[nodiscard]] fs::path log() const { return dir_ / "requests.jsonl"; }
-
-  // The requests since the last clear, one JSON object each.
-  [[nodiscard]] std::vector<json> requests() const {
-    std::vector<json> out;
-    std::ifstream in(log());
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) out.push_back(json::parse(line));
-    }
-    return out;
-  }
-  void clear() const { std::ofstream(log(), std::ios::trunc); }
 
  private:
-  TempDir dir_;
-  std::optional<tftest::Child> child_;
-  int port_ = 0;
+  static std::vector<std::string> args(const std::vector<std::string>& uploads, const std::vector<std::string>& extra) {
+    // The fixture writes the container SAS into StoreFixture's directory.
+    std::vector<std::string> out{"--sas-out", "{dir}/sas"};
+    for (const auto& u : uploads) out.insert(out.end(), {"--upload", u});
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  }
   std::string sas_;
 };
 
@@ -109,14 +81,7 @@ struct AzureWorld {
   AzureServer az;
   AzureEnv env;
   explicit AzureWorld(const std::vector<std::string>& extra = {}, const std::vector<std::string>& more = {})
-      : tmp("tf-azure-cli"), az(uploads(tmp, more), extra), env(tmp / "cache", az.endpoint()) {}
-
-  static std::vector<std::string> uploads(const TempDir& tmp, const std::vector<std::string>& more) {
-    make_store_tree(tmp / "tree");
-    std::vector<std::string> out{"models=" + (tmp / "tree").string()};
-    for (const auto& c : more) out.push_back(c + "=" + (tmp / "tree").string());
-    return out;
-  }
+      : tmp("tf-azure-cli"), az(store_tree_uploads(tmp, more), extra), env(tmp / "cache", az.endpoint()) {}
 };
 
 // The signature of a SAS query ("" when none).

@@ -39,51 +39,21 @@ bool s3_available() {
 }
 
 // s3rver plus the verifying proxy, on free ports, serving what `uploads` names (BUCKET=DIR).
-class S3Server {
+class S3Server : public StoreFixture {
  public:
   explicit S3Server(const std::vector<std::string>& uploads, const std::vector<std::string>& extra = {})
-      : dir_("tf-s3") {
-    std::vector<std::string> args{tftest::required_env("TENSORFETCH_SOURCE_DIR") + "/tests/http/s3/s3_fixture.py",
-                                  "--root", (dir_ / "root").string(), "--ready", (dir_ / "ready").string(),
-                                  "--log", log().string(),
-                                  "--key", std::string(kKeyId) + ":" + kSecret + ":" + kToken,
-                                  "--key", "AKIDOTHER:othersecret"};
-    for (const auto& u : uploads) args.insert(args.end(), {"--upload", u});
-    args.insert(args.end(), extra.begin(), extra.end());
-    child_.emplace("/usr/bin/python3", args, tftest::ChildIo{"", (dir_ / "out").string(), (dir_ / "err").string()});
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!fs::exists(dir_ / "ready")) {
-      if (!child_->running() || std::chrono::steady_clock::now() > deadline) {
-        FAIL("the S3 fixture did not start: " << tftest::try_read_file(dir_ / "err").value_or(""));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    port_ = std::stoi(read_file(dir_ / "ready"));
-  }
-  ~S3Server() {
-    if (child_) child_->signal(SIGTERM);
-    if (child_ && !child_->wait_for(std::chrono::seconds(10))) child_->signal(SIGKILL);
-  }
+      : StoreFixture("S3", "tests/http/s3/s3_fixture.py", args(uploads, extra), 60) {}
 
-  [[nodiscard]] int port() const { return port_; }
-  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  [[nodiscard]] fs::path log() const { return dir_ / "requests.jsonl"; }
-
-  // The requests since the last clear, one JSON object each.
-  [[nodiscard]] std::vector<json> requests() const {
-    std::vector<json> out;
-    std::ifstream in(log());
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) out.push_back(json::parse(line));
-    }
-    return out;
-  }
-  void clear() const { std::ofstream(log(), std::ios::trunc); }
+  [[nodiscard]] std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port()); }
 
  private:
-  TempDir dir_;
-  std::optional<tftest::Child> child_;
-  int port_ = 0;
+  static std::vector<std::string> args(const std::vector<std::string>& uploads, const std::vector<std::string>& extra) {
+    std::vector<std::string> out{"--key", std::string(kKeyId) + ":" + kSecret + ":" + kToken, "--key",
+                                 "AKIDOTHER:othersecret"};
+    for (const auto& u : uploads) out.insert(out.end(), {"--upload", u});
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  }
 };
 
 // Credentials with a session token, a fresh cache, the endpoint by environment; nothing of the
@@ -108,15 +78,6 @@ struct S3Env {
   }
 };
 
-// The tree of make_store_tree, written under `tmp`, as the upload of bucket `models` and of each bucket
-// of `more` (the same tree).
-std::vector<std::string> test_buckets(const TempDir& tmp, const std::vector<std::string>& more = {}) {
-  make_store_tree(tmp / "tree");
-  std::vector<std::string> uploads{"models=" + (tmp / "tree").string()};
-  for (const auto& b : more) uploads.push_back(b + "=" + (tmp / "tree").string());
-  return uploads;
-}
-
 // One test's world: a temporary directory, the server serving the test tree (bucket `models`,
 // and `more`), the environment pointing at it with a fresh cache.
 struct S3World {
@@ -124,7 +85,7 @@ struct S3World {
   S3Server s3;
   S3Env env;
   explicit S3World(const std::vector<std::string>& extra = {}, const std::vector<std::string>& more = {})
-      : tmp("tf-s3-cli"), s3(test_buckets(tmp, more), extra), env(tmp / "cache", s3.endpoint()) {}
+      : tmp("tf-s3-cli"), s3(store_tree_uploads(tmp, more), extra), env(tmp / "cache", s3.endpoint()) {}
 };
 
 // Every file under `dir`, read whole, must hold neither the secret key nor the session token.
