@@ -424,9 +424,11 @@ TEST_CASE("mount: an mmap reader of one tensor pulls neither the large tensor be
     moved += a->end - a->begin;
   }
   INFO("mount stderr: " << m.stderr_text());
-  // t1, and at most the read-around of the header page and of t1's pages (128 KiB each) besides.
+  // t1, and besides it only what the kernel's read-around touched near the header page and t1's
+  // pages: 128 KiB each when quiet, but the window grows (781 KiB in all was seen under ASan on a
+  // busy CI machine). The bound, 1 MiB, is half of t0 and of t2: neither was pulled whole.
   CHECK(moved >= t1.end - t1.begin);
-  CHECK(moved <= (t1.end - t1.begin) + 3 * (128 << 10));
+  CHECK(moved <= (t1.end - t1.begin) + (1 << 20));
 }
 
 TEST_CASE("mount: four concurrent readers of one tensor share one fetch (no byte range asked twice)", "[mount]") {
