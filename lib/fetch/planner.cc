@@ -87,13 +87,7 @@ std::vector<ByteRange> split(std::span<const ByteRange> set, std::uint64_t max_c
       continue;
     }
     const std::uint64_t pieces = r.length / max_chunk + (r.length % max_chunk != 0 ? 1 : 0);
-    const std::uint64_t base = r.length / pieces, extra = r.length % pieces;
-    std::uint64_t pos = r.offset;
-    for (std::uint64_t i = 0; i < pieces; ++i) {
-      const std::uint64_t len = base + (i < extra ? 1 : 0);
-      out.push_back(ByteRange{pos, len});
-      pos += len;
-    }
+    for (const auto& piece : split_into(r, pieces)) out.push_back(piece);
   }
   return out;
 }
